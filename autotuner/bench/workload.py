@@ -1,0 +1,104 @@
+"""Synthetic workloads: what the load generator sends, as plain request payloads.
+
+A `Workload` says which OpenAI-compatible endpoint to drive and how long prompts and answers are;
+`build_payloads` turns it into the list of JSON request bodies, deterministically from the seed, so two
+trials of a study send byte-identical requests. Prompts are random words from a fixed list of short,
+common English words (about one token each for the usual BPE tokenizers), drawn from the first word on,
+so no two prompts share a prefix that a prefix cache could reuse.
+
+This module is pure: it never opens a connection, reads a file or looks at the clock.
+"""
+
+from __future__ import annotations
+
+import random
+from dataclasses import asdict, dataclass
+from typing import Any, Literal
+
+Endpoint = Literal["completions", "chat"]
+
+# Paths are relative to the server's base URL (e.g. http://127.0.0.1:8080).
+ENDPOINT_PATHS: dict[str, str] = {
+    "completions": "/v1/completions",
+    "chat": "/v1/chat/completions",
+}
+
+# Short, common, lower-case words: each is a single token (with its leading space) for GPT-2, Llama,
+# Qwen and Mistral tokenizers, so `input_len` words come out close to `input_len` prompt tokens.
+# Never reorder or edit this list: prompts (and so cached results) depend on it.
+WORDS: tuple[str, ...] = tuple(
+    dict.fromkeys(
+        """
+    the of and to in is was for on that with as by at from his it an were are which be this
+    has also had not but first one their its new after who they have her she two been other when
+    there all during into school time may years more most only over city some world would where
+    later up such used many can state about national out known university united then made war
+    these while under between well being both through part after because each team film season
+    since three game year same high back city name group life work number people around while
+    long home day state small see left right house book water area line place end large world
+    make good show play way side state law air music field road land power body face light river
+    point sea fire city open war order age line king form war money art love view hand care
+    test data page town club model road level head rate base list field story plan cost game
+    """.split()
+    )  # dict.fromkeys: drop repeats, keep order
+)
+
+
+@dataclass(frozen=True)
+class Workload:
+    """What to send: endpoint, number of requests, prompt and output lengths (tokens), seed.
+
+    `ignore_eos` asks the server to generate exactly `output_len` tokens (llama-server, vLLM and SGLang
+    all accept it); without it a model may stop early and output throughput means less.
+    """
+
+    endpoint: Endpoint = "completions"
+    num_prompts: int = 64
+    input_len: int = 128
+    output_len: int = 64
+    seed: int = 0
+    ignore_eos: bool = True
+
+    def __post_init__(self) -> None:
+        if self.endpoint not in ENDPOINT_PATHS:
+            raise ValueError(f"unknown endpoint {self.endpoint!r}; valid: {sorted(ENDPOINT_PATHS)}")
+        for name in ("num_prompts", "input_len", "output_len"):
+            if getattr(self, name) < 1:
+                raise ValueError(f"{name} must be >= 1, got {getattr(self, name)}")
+
+    @property
+    def path(self) -> str:
+        """The request path, e.g. "/v1/completions"."""
+        return ENDPOINT_PATHS[self.endpoint]
+
+    def to_json(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+def build_prompts(num_prompts: int, input_len: int, seed: int = 0) -> list[str]:
+    """`num_prompts` prompts of `input_len` random words each, the same for the same arguments."""
+    rng = random.Random(seed)
+    return [" ".join(rng.choices(WORDS, k=input_len)) for _ in range(num_prompts)]
+
+
+def build_payload(workload: Workload, model: str, prompt: str) -> dict[str, Any]:
+    """One streaming request body for `workload.endpoint` carrying `prompt`."""
+    payload: dict[str, Any] = {"model": model}
+    if workload.endpoint == "chat":
+        payload["messages"] = [{"role": "user", "content": prompt}]
+    else:
+        payload["prompt"] = prompt
+    payload["max_tokens"] = workload.output_len
+    payload["temperature"] = 0.0
+    payload["stream"] = True
+    # Without include_usage the token counts would have to be guessed from the number of chunks.
+    payload["stream_options"] = {"include_usage": True}
+    if workload.ignore_eos:
+        payload["ignore_eos"] = True
+    return payload
+
+
+def build_payloads(workload: Workload, model: str) -> list[dict[str, Any]]:
+    """All `workload.num_prompts` request bodies, deterministic in `workload.seed`."""
+    prompts = build_prompts(workload.num_prompts, workload.input_len, workload.seed)
+    return [build_payload(workload, model, p) for p in prompts]

@@ -1,0 +1,79 @@
+"""llama.cpp's `llama-server`: params -> argv.
+
+Flag names, value syntax and defaults are those of the llama.cpp vendored in llama-cpp-python 0.3.36
+(common/arg.cpp). Pure: builds argv, never runs the binary.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping
+from typing import Any
+
+from autotuner.engines._base import Engine, Flag, LaunchContext, LaunchSpec, register
+
+KV_CACHE_TYPES = ("f32", "f16", "bf16", "q8_0", "q4_0", "q4_1", "iq4_nl", "q5_0", "q5_1")
+
+# Ordered by what a user reads first in the winning command line.
+FLAGS: dict[str, Flag] = {
+    "parallel": Flag("-np", default=-1, help="server slots (requests decoded together); -1 = auto"),
+    "threads": Flag("-t", help="threads for generation (default: all cores)"),
+    "threads_batch": Flag("-tb", help="threads for prompt processing (default: same as threads)"),
+    "batch_size": Flag("-b", default=2048, help="logical batch size"),
+    "ubatch_size": Flag("-ub", default=512, help="physical batch size"),
+    "cont_batching": Flag(on="-cb", off="-nocb", default=True, help="continuous batching"),
+    "flash_attn": Flag("-fa", default="auto", choices=("on", "off", "auto"), help="flash attention"),
+    "cache_type_k": Flag("-ctk", default="f16", choices=KV_CACHE_TYPES, help="KV cache type for K"),
+    "cache_type_v": Flag("-ctv", default="f16", choices=KV_CACHE_TYPES, help="KV cache type for V"),
+    "ctx_size": Flag("-c", default=0, help="total context, split across slots unless unified; 0 = model's"),
+    "kv_unified": Flag(on="-kvu", off="-no-kvu", help="one KV buffer shared by all slots (default: on if -np auto)"),
+    "cache_reuse": Flag("--cache-reuse", default=0, help="min chunk size to reuse from cache via KV shifting"),
+    "mlock": Flag(on="--mlock", off=None, default=False, help="lock the model in RAM"),
+    "mmap": Flag(on=None, off="--no-mmap", default=True, help="memory-map the model"),
+}
+
+# Log lines that say why a start failed, most specific first.
+_FAILURES = [
+    ("bad-flag", re.compile(r"error: (invalid argument|unknown value|unknown argument)|invalid value for", re.I)),
+    ("oom", re.compile(r"out of memory|failed to allocate|cannot allocate|bad_alloc|unable to allocate", re.I)),
+    ("model-load", re.compile(r"failed to load model|error loading model|unable to load model", re.I)),
+    ("assert", re.compile(r"GGML_ASSERT|GGML_ABORT|Assertion .* failed", re.I)),
+]
+
+
+@register
+class LlamaCppEngine(Engine):
+    name = "llamacpp"
+    flags = FLAGS
+
+    def build(self, params: Mapping[str, Any], ctx: LaunchContext) -> LaunchSpec:
+        argv = [
+            ctx.binary or "llama-server",
+            "--model", str(ctx.model_path),
+            "--host", ctx.host,
+            "--port", str(ctx.port),
+            "--alias", ctx.served_model_name,
+            "--metrics",
+            *self.tuning_args(params),
+            *ctx.extra_args,
+        ]
+        return LaunchSpec(argv=argv, port=ctx.port, served_model_name=ctx.served_model_name,
+                          health_path="/health")
+
+    def infeasible(self, params: Mapping[str, Any], context: Mapping[str, Any]) -> list[str]:
+        broken = []
+        # Quantized V cache needs flash attention in llama.cpp; 'auto' may settle on either.
+        v = params.get("cache_type_v", "f16")
+        if v not in ("f16", "f32", "bf16") and params.get("flash_attn") == "off":
+            broken.append(f"cache_type_v={v} needs flash_attn on (llama.cpp rejects a quantized V cache without it)")
+        return broken
+
+    def classify_failure(self, log_tail: str) -> str | None:
+        for failure_class, pattern in _FAILURES:
+            if pattern.search(log_tail):
+                return failure_class
+        return None
+
+    def parse_version(self, output: str) -> str:
+        m = re.search(r"version: (\S+) \((\w+)\)", output)
+        return f"b{m.group(1)}-{m.group(2)}" if m else super().parse_version(output)

@@ -1,0 +1,80 @@
+"""The launcher seam: run a LaunchSpec, say when it is ready, hand over its logs, stop it.
+
+Contract every launcher keeps (one conformance suite runs over all of them):
+- `start` returns at once; readiness is `wait_ready`, which also watches the server: an exit while
+  starting raises `EngineExited` within a second, not at the timeout.
+- `stop` is safe to call twice and on a server that already died.
+- `reap` removes what a killed tuner left behind for one study, and nothing else.
+"""
+
+from __future__ import annotations
+
+import socket
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Protocol
+
+from autotuner.engines._base import LaunchSpec
+
+
+class LaunchError(Exception):
+    """The server did not come up. `failure_class` says how; `log_tail` shows the server's last words."""
+
+    failure_class = "launch-failed"
+
+    def __init__(self, message: str, log_tail: str = ""):
+        super().__init__(message)
+        self.log_tail = log_tail
+
+
+class EngineExited(LaunchError):
+    failure_class = "exited-at-start"
+
+    def __init__(self, message: str, exit_code: int | None, log_tail: str = ""):
+        super().__init__(message, log_tail)
+        self.exit_code = exit_code
+
+
+class StartupTimeout(LaunchError):
+    failure_class = "startup-timeout"
+
+
+@dataclass
+class Handle:
+    """A started server: where to reach it and how to find it again."""
+
+    spec: LaunchSpec
+    base_url: str
+    log_path: Path
+    pid: int | None = None
+    container_id: str | None = None
+    info: dict[str, Any] = field(default_factory=dict)
+
+
+class Launcher(Protocol):
+    def start(self, spec: LaunchSpec, log_path: Path, labels: dict[str, str]) -> Handle: ...
+    def wait_ready(self, handle: Handle, timeout_s: float) -> None: ...
+    def is_running(self, handle: Handle) -> bool: ...
+    def logs(self, handle: Handle, lines: int = 40) -> str: ...
+    def stop(self, handle: Handle) -> None: ...
+    def reap(self, labels: dict[str, str]) -> list[str]: ...
+
+
+def free_port(host: str = "127.0.0.1") -> int:
+    """A port nothing listens on now (the OS picks it; a short race with other programs remains)."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind((host, 0))
+        return s.getsockname()[1]
+
+
+def tail(path: Path, lines: int = 40) -> str:
+    """The last lines of a log file, without reading a large file whole."""
+    try:
+        with path.open("rb") as f:
+            f.seek(0, 2)
+            size = f.tell()
+            f.seek(max(0, size - 64 * 1024))
+            data = f.read().decode("utf-8", "replace")
+    except FileNotFoundError:
+        return ""
+    return "\n".join(data.splitlines()[-lines:])

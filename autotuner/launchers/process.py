@@ -1,0 +1,130 @@
+"""Run an engine as a local process on a loopback port.
+
+Each server runs in its own process group (so stop reaches its children) and is told by the kernel to
+die with the tuner (PR_SET_PDEATHSIG), so even a SIGKILLed tuner leaves no engine behind on Linux. A
+pidfile per server, tagged with the study's labels, lets `reap` find leftovers anyway (other OSes, a
+tuner killed between fork and exec). Never runs through a shell.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import json
+import os
+import signal
+import subprocess
+import sys
+from pathlib import Path
+
+import httpx
+from tenacity import RetryError, Retrying, retry_if_exception_type, stop_after_delay, wait_fixed
+
+from autotuner.engines._base import LaunchSpec
+from autotuner.launchers._base import EngineExited, Handle, StartupTimeout, tail
+
+_STOP_GRACE_S = 10.0
+
+
+class _NotReady(Exception):
+    pass
+
+
+def _die_with_parent() -> None:  # runs in the child between fork and exec
+    if sys.platform.startswith("linux"):
+        ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
+
+
+def _start_time(pid: int) -> str | None:
+    """The process's start time in clock ticks since boot: tells a live server from a reused PID."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return None
+    return stat.rsplit(")", 1)[1].split()[19]
+
+
+class ProcessLauncher:
+    """Starts LaunchSpecs as local processes; keeps a pidfile per server under `state_dir`."""
+
+    def __init__(self, state_dir: Path):
+        self.state_dir = state_dir
+
+    def start(self, spec: LaunchSpec, log_path: Path, labels: dict[str, str]) -> Handle:
+        log_path.parent.mkdir(parents=True, exist_ok=True)
+        with log_path.open("ab") as log:
+            proc = subprocess.Popen(
+                spec.argv, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
+                env={**os.environ, **spec.env}, start_new_session=True, preexec_fn=_die_with_parent,
+            )
+        self.state_dir.mkdir(parents=True, exist_ok=True)
+        pidfile = self.state_dir / f"{proc.pid}.json"
+        pidfile.write_text(json.dumps({"pid": proc.pid, "start": _start_time(proc.pid), "labels": labels,
+                                       "argv0": spec.argv[0]}))
+        return Handle(spec=spec, base_url=f"http://127.0.0.1:{spec.port}", log_path=log_path, pid=proc.pid,
+                      info={"popen": proc, "pidfile": pidfile})
+
+    def is_running(self, handle: Handle) -> bool:
+        return handle.info["popen"].poll() is None
+
+    def wait_ready(self, handle: Handle, timeout_s: float) -> None:
+        proc: subprocess.Popen = handle.info["popen"]
+        url = handle.base_url + handle.spec.health_path
+
+        def probe(client: httpx.Client) -> None:
+            if (code := proc.poll()) is not None:
+                raise EngineExited(f"server exited with code {code} while starting", code, tail(handle.log_path))
+            try:
+                if client.get(url).status_code == 200:
+                    return
+            except httpx.TransportError:
+                pass
+            raise _NotReady
+
+        with httpx.Client(timeout=2.0, trust_env=False) as client:
+            try:
+                for attempt in Retrying(stop=stop_after_delay(timeout_s), wait=wait_fixed(0.1),
+                                        retry=retry_if_exception_type(_NotReady)):
+                    with attempt:
+                        probe(client)
+            except RetryError:
+                raise StartupTimeout(f"server not ready after {timeout_s:g} s", tail(handle.log_path)) from None
+
+    def logs(self, handle: Handle, lines: int = 40) -> str:
+        return tail(handle.log_path, lines)
+
+    def stop(self, handle: Handle) -> None:
+        proc: subprocess.Popen = handle.info["popen"]
+        if proc.poll() is None:
+            _kill_group(proc.pid, signal.SIGTERM)
+            try:
+                proc.wait(_STOP_GRACE_S)
+            except subprocess.TimeoutExpired:
+                _kill_group(proc.pid, signal.SIGKILL)
+                proc.wait()
+        # Children of the server die with its group; reap any that outlived a server killed by a signal.
+        _kill_group(proc.pid, signal.SIGKILL)
+        handle.info["pidfile"].unlink(missing_ok=True)
+
+    def reap(self, labels: dict[str, str]) -> list[str]:
+        """Kill servers a previous tuner started with these labels and that still run; return their PIDs."""
+        reaped = []
+        for pidfile in sorted(self.state_dir.glob("*.json")) if self.state_dir.is_dir() else []:
+            try:
+                entry = json.loads(pidfile.read_text())
+            except (OSError, ValueError):
+                continue
+            if any(entry.get("labels", {}).get(k) != v for k, v in labels.items()):
+                continue
+            pid = entry["pid"]
+            if entry.get("start") and _start_time(pid) == entry["start"]:
+                _kill_group(pid, signal.SIGKILL)
+                reaped.append(str(pid))
+            pidfile.unlink(missing_ok=True)
+        return reaped
+
+
+def _kill_group(pid: int, sig: int) -> None:
+    try:
+        os.killpg(pid, sig)
+    except (ProcessLookupError, PermissionError):
+        pass

@@ -1,0 +1,74 @@
+"""The Optuna study of an experiment: storage, sampler and pruner chosen by name, opened or resumed.
+
+Optuna's own samplers, pruners and storages are used as they are; this module only maps the
+experiment's names onto them and turns an unusable storage into a clear error.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import optuna
+
+from autotuner.config import ConfigError, ExperimentConfig
+
+
+def make_sampler(name: str, seed: int | None) -> optuna.samplers.BaseSampler:
+    if name == "tpe":
+        # multivariate: llama.cpp's knobs interact (slots x batch x threads); constant_liar: parallel workers.
+        return optuna.samplers.TPESampler(seed=seed, multivariate=True, constant_liar=True, n_startup_trials=5)
+    if name == "random":
+        return optuna.samplers.RandomSampler(seed=seed)
+    if name == "gp":
+        return optuna.samplers.GPSampler(seed=seed)
+    if name == "nsga2":
+        return optuna.samplers.NSGAIISampler(seed=seed)
+    raise ConfigError(f"unknown sampler '{name}' (samplers: tpe, random, gp, nsga2)")
+
+
+def make_pruner(name: str, n_levels: int) -> optuna.pruners.BasePruner:
+    if name == "none":
+        return optuna.pruners.NopPruner()
+    if name == "median":
+        return optuna.pruners.MedianPruner(n_startup_trials=3, n_warmup_steps=0)
+    if name == "wilcoxon":
+        return optuna.pruners.WilcoxonPruner()
+    if name == "hyperband":
+        return optuna.pruners.HyperbandPruner(min_resource=1, max_resource=max(n_levels, 1))
+    raise ConfigError(f"unknown pruner '{name}' (pruners: none, median, wilcoxon, hyperband)")
+
+
+def check_storage(url: str) -> None:
+    """Fail before anything starts when a SQLite storage's folder does not exist."""
+    if url.startswith("sqlite:///"):
+        path = Path(url.removeprefix("sqlite:///"))
+        if not path.parent.exists():
+            raise ConfigError(f"study.storage: folder {path.parent} does not exist (storage {url})")
+
+
+def open_study(cfg: ExperimentConfig, n_levels: int) -> optuna.Study:
+    """Create the study, or load it when one of that name exists in the storage (resume)."""
+    check_storage(cfg.study.storage)
+    optuna.logging.set_verbosity(optuna.logging.WARNING)
+    try:
+        study = optuna.create_study(
+            study_name=cfg.study_name, storage=cfg.study.storage, load_if_exists=True,
+            direction=cfg.objective.direction, sampler=make_sampler(cfg.study.sampler, cfg.study.seed),
+            pruner=make_pruner(cfg.study.pruner, n_levels),
+        )
+    except ImportError as e:
+        raise ConfigError(f"study.storage: cannot open {cfg.study.storage}: {e}") from None
+    except Exception as e:  # SQLAlchemy's errors for unreachable or malformed URLs
+        if type(e).__module__.startswith(("sqlalchemy", "optuna")):
+            raise ConfigError(f"study.storage: cannot open {cfg.study.storage}: {str(e).splitlines()[0]}") from None
+        raise
+    study.set_metric_names([cfg.objective.metric])
+    return study
+
+
+def best_trial(study: optuna.Study) -> optuna.trial.FrozenTrial | None:
+    """The best complete trial, or None when no trial has completed yet."""
+    try:
+        return study.best_trial
+    except ValueError:
+        return None

@@ -1,0 +1,51 @@
+#!/usr/bin/env bash
+# Build llama.cpp's llama-server from the pinned llama-cpp-python sdist (the only place PyPI ships the
+# llama.cpp source), once per version, into the user cache. Prints the binary's path on stdout.
+# Nothing is downloaded from a model hub: the web UI download is switched off.
+set -euo pipefail
+
+version="${LLAMA_CPP_PYTHON_VERSION:-0.3.36}"
+cache="${AUTOTUNER_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/autotuner}"
+dest="$cache/llama-server/$version-$(uname -m)"
+bin="$dest/llama-server"
+
+say() { echo "[build-llama-server] $*" >&2; }
+
+if [ -x "$bin" ] && "$bin" --version >/dev/null 2>&1; then
+  say "cached: $bin"
+  echo "$bin"
+  exit 0
+fi
+
+for tool in cmake ninja cc c++; do
+  command -v "$tool" >/dev/null || { say "missing $tool: install cmake, ninja-build and a C++ compiler"; exit 1; }
+done
+
+work="$(mktemp -d "${TMPDIR:-/tmp}/llama-build.XXXXXX")"
+trap 'rm -rf "$work"' EXIT
+start=$SECONDS
+
+say "1/4 downloading llama-cpp-python==$version source (about 76 MB)"
+python3 -m pip download --quiet --no-deps --no-binary :all: "llama-cpp-python==$version" -d "$work" >&2
+say "2/4 unpacking"
+tar -xzf "$work"/llama_cpp_python-*.tar.gz -C "$work"
+src="$(echo "$work"/llama_cpp_python-*/vendor/llama.cpp)"
+
+say "3/4 configuring"
+cmake -S "$src" -B "$work/build" -G Ninja -DCMAKE_BUILD_TYPE=Release \
+  -DLLAMA_BUILD_SERVER=ON -DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_EXAMPLES=OFF \
+  -DLLAMA_BUILD_UI=OFF -DLLAMA_USE_PREBUILT_UI=OFF -DLLAMA_OPENSSL=OFF -DLLAMA_CURL=OFF \
+  -DBUILD_SHARED_LIBS=OFF -DGGML_NATIVE=OFF >"$work/configure.log" 2>&1 \
+  || { tail -n 30 "$work/configure.log" >&2; exit 1; }
+
+say "4/4 compiling llama-server (about 5 minutes on 2 cores)"
+# Ninja prints [done/total] per step; show one line in twenty so progress is visible but short.
+cmake --build "$work/build" --target llama-server -j "$(nproc)" 2>&1 \
+  | awk '/^\[[0-9]+\/[0-9]+\]/ { if (++n % 20 == 1) { print "[build-llama-server]   " $1 > "/dev/stderr" } next }
+         /error|Error/ { print > "/dev/stderr" }'
+[ -x "$work/build/bin/llama-server" ] || { say "build failed"; exit 1; }
+
+mkdir -p "$dest"
+cp "$work/build/bin/llama-server" "$bin.tmp" && mv "$bin.tmp" "$bin"
+say "built in $((SECONDS - start)) s: $bin"
+echo "$bin"

@@ -1,0 +1,499 @@
+"""A real OpenAI-compatible streaming server with exactly known token timing: a test instrument.
+
+It speaks just enough HTTP/1.1 (keep-alive, chunked responses) over a raw asyncio Protocol to serve
+`POST /v1/completions` and `POST /v1/chat/completions` with `stream: true`, plus `GET /health` and
+`GET /v1/models`. Each generated token is one SSE event in its own HTTP chunk, as vLLM, SGLang and
+llama-server send them. A response is:
+
+    [chat only: a role chunk with empty content]  N token chunks  a finish chunk (empty text)
+    [a usage chunk, when the request asked for stream_options.include_usage]  data: [DONE]
+
+Timing (`FakeServerConfig`): token i is sent at received + ttft_s + i * itl_s, where "received" is the
+moment the request body was complete. The loop wakes up about a millisecond early and sleeps the rest
+with `time.sleep` (the event loop's own timers are only good to ~1 ms), so tokens leave within ~0.1 ms
+of their schedule; the actual send times are recorded in `ServedRequest.token_sent_ns`
+(`time.perf_counter_ns`, comparable with a client in the same process or on the same machine).
+With ttft_s == itl_s == 0 ("instant") the whole response is written at once, from a cache, so the
+server costs little and a load generator can be measured against it.
+
+Failure modes for tests: an HTTP error status, an `{"error": ...}` event after some tokens, a dropped
+connection after some tokens, U+2028 (or anything) in the token text, CRLF event separators,
+JSON with spaces.
+
+Run it in a background thread (`with FakeOpenAIServer(config) as server: server.base_url`) or as its own
+process: `python tests/fake_openai_server.py --port 0` prints `listening http://127.0.0.1:PORT`.
+It must never listen on anything but loopback by default, and it is no model: the text is meaningless.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import sys
+import threading
+import time
+from dataclasses import dataclass, field, replace
+from typing import Any
+
+_EARLY_WAKE_S = 0.0012  # wake this long before a token is due, then sleep precisely (see docstring)
+
+
+@dataclass(frozen=True)
+class FakeServerConfig:
+    """How the fake server answers. All times in seconds."""
+
+    ttft_s: float = 0.0  # request complete -> first token chunk
+    itl_s: float = 0.0  # between consecutive token chunks
+    output_tokens: int | None = None  # tokens per response; None: the request's max_tokens (default 16)
+    token_text: str = "tok"  # the text of every token chunk
+    status: int = 200  # != 200: answer every generation request with this status and a JSON error
+    error_after_tokens: int | None = None  # send an {"error": ...} event after this many tokens
+    drop_after_tokens: int | None = None  # close the connection after this many tokens, mid-body
+    send_usage: bool = True  # False: never send usage, like servers that ignore include_usage
+    role_chunk: bool = True  # chat: send the role-only first chunk (empty content) like vLLM
+    crlf: bool = False  # separate SSE events with "\r\n\r\n" instead of "\n\n"
+    json_spaces: bool = False  # json.dumps' default separators (", ", ": ") instead of compact
+    record: bool = True  # keep a ServedRequest per request (turn off for long benchmarks)
+
+    @property
+    def instant(self) -> bool:
+        return self.ttft_s <= 0 and self.itl_s <= 0
+
+
+@dataclass
+class ServedRequest:
+    """What the server saw and did for one generation request (perf_counter_ns times)."""
+
+    path: str
+    body: dict[str, Any]
+    received_ns: int
+    token_sent_ns: list[int] = field(default_factory=list)
+    finished_ns: int | None = None
+
+
+_REASONS = {200: "OK", 400: "Bad Request", 404: "Not Found", 411: "Length Required",
+            429: "Too Many Requests", 500: "Internal Server Error", 503: "Service Unavailable"}
+
+
+def _chunk(payload: bytes) -> bytes:
+    """One HTTP/1.1 chunk carrying `payload`."""
+    return b"%x\r\n%s\r\n" % (len(payload), payload)
+
+
+def _count_prompt_tokens(body: dict[str, Any]) -> int:
+    """The fake tokenizer: one token per whitespace-separated word of the prompt or messages."""
+    if "messages" in body:
+        return sum(len(str(m.get("content", "")).split()) for m in body["messages"])
+    prompt = body.get("prompt", "")
+    return len(prompt.split()) if isinstance(prompt, str) else len(prompt)
+
+
+class _Response:
+    """The SSE events of one streaming response, built from the config and the request."""
+
+    def __init__(self, config: FakeServerConfig, path: str, body: dict[str, Any], keep_alive: bool):
+        self.config = config
+        self.chat = path.endswith("/chat/completions")
+        self.model = str(body.get("model", "fake"))
+        self.n_tokens = config.output_tokens if config.output_tokens is not None else int(body.get("max_tokens") or 16)
+        self.prompt_tokens = _count_prompt_tokens(body)
+        opts = body.get("stream_options") or {}
+        self.include_usage = config.send_usage and bool(opts.get("include_usage"))
+        self.keep_alive = keep_alive
+        self._sep = b"\r\n\r\n" if config.crlf else b"\n\n"
+        self._separators = (", ", ": ") if config.json_spaces else (",", ":")
+
+    def _event(self, obj: Any) -> bytes:
+        # ensure_ascii=False: send U+2028 & co as raw UTF-8, as vLLM (pydantic) and llama-server do.
+        data = obj if isinstance(obj, str) else json.dumps(obj, separators=self._separators, ensure_ascii=False)
+        return _chunk(b"data: " + data.encode() + self._sep)
+
+    def _base(self) -> dict[str, Any]:
+        if self.chat:
+            return {"id": "chatcmpl-fake", "object": "chat.completion.chunk", "created": 0, "model": self.model}
+        return {"id": "cmpl-fake", "object": "text_completion", "created": 0, "model": self.model}
+
+    def _choice(self, text: str | None, finish_reason: str | None, role: bool = False) -> dict[str, Any]:
+        if self.chat:
+            delta: dict[str, Any] = {}
+            if role:
+                delta = {"role": "assistant", "content": ""}
+            elif text is not None:
+                delta = {"content": text}
+            return {"index": 0, "delta": delta, "logprobs": None, "finish_reason": finish_reason}
+        return {"index": 0, "text": text or "", "logprobs": None, "finish_reason": finish_reason}
+
+    def head(self) -> bytes:
+        lines = [b"HTTP/1.1 200 OK", b"content-type: text/event-stream", b"cache-control: no-cache",
+                 b"transfer-encoding: chunked"]
+        if not self.keep_alive:
+            lines.append(b"connection: close")
+        return b"\r\n".join(lines) + b"\r\n\r\n"
+
+    def role_event(self) -> bytes:
+        if not (self.chat and self.config.role_chunk):
+            return b""
+        return self._event({**self._base(), "choices": [self._choice(None, None, role=True)]})
+
+    def token_event(self) -> bytes:
+        return self._event({**self._base(), "choices": [self._choice(self.config.token_text, None)]})
+
+    def error_event(self) -> bytes:
+        err = {"error": {"message": "fake mid-stream failure", "type": "InternalServerError", "code": 500}}
+        return self._event(err) + self._event("[DONE]") + b"0\r\n\r\n"
+
+    def tail(self, tokens_sent: int) -> bytes:
+        out = self._event({**self._base(), "choices": [self._choice("", "length")]})
+        if self.include_usage:
+            usage = {"prompt_tokens": self.prompt_tokens, "completion_tokens": tokens_sent,
+                     "total_tokens": self.prompt_tokens + tokens_sent}
+            out += self._event({**self._base(), "choices": [], "usage": usage})
+        return out + self._event("[DONE]") + b"0\r\n\r\n"
+
+
+def _plain_response(status: int, obj: Any, keep_alive: bool) -> bytes:
+    body = json.dumps(obj).encode()
+    head = (f"HTTP/1.1 {status} {_REASONS.get(status, 'Error')}\r\ncontent-type: application/json\r\n"
+            f"content-length: {len(body)}\r\n")
+    if not keep_alive:
+        head += "connection: close\r\n"
+    return head.encode() + b"\r\n" + body
+
+
+class _ServerState:
+    """Shared by all connections of one server; touched only from the server's event loop thread."""
+
+    def __init__(self, config: FakeServerConfig):
+        self.config = config
+        self.requests: list[ServedRequest] = []
+        self.in_flight = 0
+        self.max_in_flight = 0
+        self.served = 0
+        self.transports: set[asyncio.Transport] = set()
+        self.instant_cache: dict[tuple[Any, ...], bytes] = {}
+
+
+class _HttpConnection(asyncio.Protocol):
+    """One client connection: parse requests one after the other, stream each answer."""
+
+    def __init__(self, state: _ServerState):
+        self.state = state
+        self.buf = bytearray()
+        self.busy = False  # a streaming response is being sent; later requests wait in buf
+        self.transport: asyncio.Transport | None = None
+        self.timer: asyncio.TimerHandle | None = None
+        self._stream: tuple[_Response, ServedRequest | None, int, int] | None = None  # resp, record, t0, sent
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        assert isinstance(transport, asyncio.Transport)
+        self.transport = transport
+        self.state.transports.add(transport)
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        if self.transport is not None:
+            self.state.transports.discard(self.transport)
+        if self.timer is not None:
+            self.timer.cancel()
+            self.timer = None
+            self._finish(self._stream[1] if self._stream else None, closed=True)
+        self.transport = None
+
+    def data_received(self, data: bytes) -> None:
+        self.buf += data
+        if not self.busy:
+            self._process()
+
+    def _process(self) -> None:
+        while not self.busy and self.transport is not None:
+            end = self.buf.find(b"\r\n\r\n")
+            if end < 0:
+                return
+            head = bytes(self.buf[:end]).decode("latin-1").split("\r\n")
+            try:
+                method, target, _version = head[0].split(" ", 2)
+            except ValueError:
+                self.transport.write(_plain_response(400, {"error": "bad request line"}, False))
+                self.transport.close()
+                return
+            headers = {}
+            for line in head[1:]:
+                k, _, v = line.partition(":")
+                headers[k.strip().lower()] = v.strip()
+            keep_alive = headers.get("connection", "").lower() != "close"
+            if "chunked" in headers.get("transfer-encoding", "").lower():
+                self.transport.write(_plain_response(411, {"error": "send content-length"}, False))
+                self.transport.close()
+                return
+            length = int(headers.get("content-length", "0"))
+            if len(self.buf) < end + 4 + length:
+                return
+            body = bytes(self.buf[end + 4 : end + 4 + length])
+            del self.buf[: end + 4 + length]
+            self._handle(method, target.split("?", 1)[0], body, keep_alive)
+
+    def _handle(self, method: str, path: str, raw_body: bytes, keep_alive: bool) -> None:
+        assert self.transport is not None
+        if method == "GET" and path == "/health":
+            return self._reply(_plain_response(200, {"status": "ok"}, keep_alive), keep_alive)
+        if method == "GET" and path == "/v1/models":
+            models = {"object": "list", "data": [{"id": "fake", "object": "model", "root": "fake"}]}
+            return self._reply(_plain_response(200, models, keep_alive), keep_alive)
+        if method != "POST" or path not in ("/v1/completions", "/v1/chat/completions"):
+            return self._reply(_plain_response(404, {"error": f"no route {method} {path}"}, keep_alive), keep_alive)
+        try:
+            body = json.loads(raw_body)
+        except ValueError:
+            return self._reply(_plain_response(400, {"error": "body is not JSON"}, keep_alive), keep_alive)
+        config = self.state.config
+        if config.status != 200:
+            err = {"error": {"message": f"fake failure {config.status}", "type": "FakeError", "code": config.status}}
+            return self._reply(_plain_response(config.status, err, keep_alive), keep_alive)
+        if not body.get("stream"):
+            return self._reply(_plain_response(400, {"error": "only stream=true is served"}, keep_alive), keep_alive)
+
+        received_ns = time.perf_counter_ns()
+        served = ServedRequest(path=path, body=body, received_ns=received_ns) if config.record else None
+        if served is not None:
+            self.state.requests.append(served)
+        self.state.in_flight += 1
+        self.state.max_in_flight = max(self.state.max_in_flight, self.state.in_flight)
+        resp = _Response(config, path, body, keep_alive)
+
+        simple = config.error_after_tokens is None and config.drop_after_tokens is None
+        if config.instant and simple:
+            key = (path, resp.model, resp.n_tokens, resp.prompt_tokens, resp.include_usage, keep_alive)
+            data = self.state.instant_cache.get(key)
+            if data is None:
+                data = resp.head() + resp.role_event() + resp.token_event() * resp.n_tokens + resp.tail(resp.n_tokens)
+                if len(self.state.instant_cache) < 1024:
+                    self.state.instant_cache[key] = data
+            now = time.perf_counter_ns()
+            if served is not None:
+                served.token_sent_ns = [now] * resp.n_tokens
+            self.transport.write(data)
+            self._finish(served, closed=not keep_alive, resume=False)  # _process's loop goes on
+            return
+
+        # Timed (or failing) response: header and role chunk now, tokens on schedule.
+        self.busy = True
+        self.transport.write(resp.head() + resp.role_event())
+        self._stream = (resp, served, received_ns, 0)
+        self._schedule()
+
+    def _due_ns(self, resp: _Response, received_ns: int, i: int) -> int:
+        return received_ns + round((resp.config.ttft_s + i * resp.config.itl_s) * 1e9)
+
+    def _schedule(self) -> None:
+        resp, served, received_ns, sent = self._stream
+        delay_s = (self._due_ns(resp, received_ns, sent) - time.perf_counter_ns()) / 1e9 - _EARLY_WAKE_S
+        loop = asyncio.get_running_loop()
+        self.timer = loop.call_later(max(delay_s, 0.0), self._emit)
+
+    def _emit(self) -> None:
+        self.timer = None
+        resp, served, received_ns, sent = self._stream
+        if self.transport is None or self.transport.is_closing():
+            return self._finish(served, closed=True)
+        remaining_ns = self._due_ns(resp, received_ns, sent) - time.perf_counter_ns()
+        if remaining_ns > 0:
+            time.sleep(remaining_ns / 1e9)  # precise to ~0.1 ms; blocks this loop for at most ~1.2 ms
+        now = time.perf_counter_ns()
+        out = b""
+        # Everything due by now goes in this write (one chunk per token, as real servers do).
+        while sent < resp.n_tokens and self._due_ns(resp, received_ns, sent) <= now:
+            if sent == resp.config.error_after_tokens:
+                break
+            if sent == resp.config.drop_after_tokens:
+                break
+            out += resp.token_event()
+            sent += 1
+            if served is not None:
+                served.token_sent_ns.append(now)
+        self._stream = (resp, served, received_ns, sent)
+        if sent == resp.config.error_after_tokens:
+            self.transport.write(out + resp.error_event())
+            return self._finish(served, closed=not resp.keep_alive)
+        if sent == resp.config.drop_after_tokens:
+            self.transport.write(out)
+            self.transport.close()
+            return self._finish(served, closed=True)
+        if sent >= resp.n_tokens:
+            self.transport.write(out + resp.tail(sent))
+            return self._finish(served, closed=not resp.keep_alive)
+        if out:
+            self.transport.write(out)
+        self._schedule()
+
+    def _reply(self, data: bytes, keep_alive: bool) -> None:
+        assert self.transport is not None
+        self.transport.write(data)
+        if not keep_alive:
+            self.transport.close()
+
+    def _finish(self, served: ServedRequest | None, *, closed: bool, resume: bool = True) -> None:
+        self.state.in_flight -= 1
+        self.state.served += 1
+        if served is not None:
+            served.finished_ns = time.perf_counter_ns()
+        self.busy = False
+        if closed:
+            if self.transport is not None:
+                self.transport.close()
+            return
+        if resume and self.buf:
+            self._process()
+
+
+async def _start(state: _ServerState, host: str, port: int) -> asyncio.base_events.Server:
+    loop = asyncio.get_running_loop()
+    return await loop.create_server(lambda: _HttpConnection(state), host, port, backlog=4096)
+
+
+class FakeOpenAIServer:
+    """The fake server on its own event loop in a background thread; a context manager.
+
+    `requests`, `max_in_flight` and `served` may be read from the test thread once the client is done
+    (they are written only by the server's thread).
+    """
+
+    def __init__(self, config: FakeServerConfig | None = None, host: str = "127.0.0.1", port: int = 0):
+        self._state = _ServerState(config or FakeServerConfig())
+        self._host = host
+        self._port = port
+        self._thread: threading.Thread | None = None
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._server: asyncio.base_events.Server | None = None
+        self._started = threading.Event()
+        self._error: BaseException | None = None
+
+    @property
+    def config(self) -> FakeServerConfig:
+        return self._state.config
+
+    def set_config(self, config: FakeServerConfig) -> None:
+        """Change the behaviour for requests that arrive from now on."""
+        def apply() -> None:
+            self._state.config = config
+            self._state.instant_cache.clear()
+        self._call(apply)
+
+    def configure(self, **changes: Any) -> None:
+        self.set_config(replace(self.config, **changes))
+
+    @property
+    def port(self) -> int:
+        return self._port
+
+    @property
+    def base_url(self) -> str:
+        return f"http://{self._host}:{self._port}"
+
+    @property
+    def requests(self) -> list[ServedRequest]:
+        return self._state.requests
+
+    @property
+    def max_in_flight(self) -> int:
+        return self._state.max_in_flight
+
+    @property
+    def served(self) -> int:
+        return self._state.served
+
+    def reset_stats(self) -> None:
+        def apply() -> None:
+            self._state.requests = []
+            self._state.max_in_flight = self._state.in_flight
+            self._state.served = 0
+        self._call(apply)
+
+    def _call(self, fn: Any) -> None:
+        """Run fn on the server's loop and wait for it (or directly when not started)."""
+        if self._loop is None:
+            fn()
+            return
+        done = threading.Event()
+
+        def run() -> None:
+            try:
+                fn()
+            finally:
+                done.set()
+        self._loop.call_soon_threadsafe(run)
+        done.wait(5)
+
+    def start(self) -> FakeOpenAIServer:
+        self._thread = threading.Thread(target=self._run, name="fake-openai-server", daemon=True)
+        self._thread.start()
+        self._started.wait(10)
+        if self._error is not None:
+            raise RuntimeError("fake server failed to start") from self._error
+        return self
+
+    def _run(self) -> None:
+        loop = asyncio.new_event_loop()
+        self._loop = loop
+        try:
+            self._server = loop.run_until_complete(_start(self._state, self._host, self._port))
+            self._port = self._server.sockets[0].getsockname()[1]
+        except BaseException as exc:  # reported to start()
+            self._error = exc
+            self._started.set()
+            loop.close()
+            return
+        self._started.set()
+        try:
+            loop.run_forever()
+        finally:
+            loop.close()
+
+    def stop(self) -> None:
+        """Close the listener and every connection, stop the loop, join the thread. Safe twice."""
+        loop, thread = self._loop, self._thread
+        if loop is None or thread is None or not thread.is_alive():
+            return
+
+        def shutdown() -> None:
+            if self._server is not None:
+                self._server.close()
+            for transport in list(self._state.transports):
+                transport.abort()
+            loop.call_soon(loop.stop)
+        loop.call_soon_threadsafe(shutdown)
+        thread.join(10)
+
+    def __enter__(self) -> FakeOpenAIServer:
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+
+async def serve(config: FakeServerConfig, host: str = "127.0.0.1", port: int = 0) -> None:
+    """Serve forever in the current event loop; prints the URL on stdout once listening."""
+    server = await _start(_ServerState(config), host, port)
+    print(f"listening http://{host}:{server.sockets[0].getsockname()[1]}", flush=True)
+    async with server:
+        await server.serve_forever()
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--host", default="127.0.0.1")
+    parser.add_argument("--port", type=int, default=0, help="0: any free port")
+    parser.add_argument("--ttft-s", type=float, default=0.0)
+    parser.add_argument("--itl-s", type=float, default=0.0)
+    parser.add_argument("--output-tokens", type=int, default=None)
+    parser.add_argument("--token-text", default="tok")
+    args = parser.parse_args(argv)
+    config = FakeServerConfig(ttft_s=args.ttft_s, itl_s=args.itl_s, output_tokens=args.output_tokens,
+                              token_text=args.token_text, record=False)
+    try:
+        asyncio.run(serve(config, args.host, args.port))
+    except KeyboardInterrupt:
+        pass
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,62 @@
+"""The llama-server adapter: params reach only their own flags, with llama.cpp's spelling."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from autotuner.engines._base import EngineError, LaunchContext, get_engine
+
+CTX = LaunchContext(model_path=Path("/m/model.gguf"), served_model_name="tiny", port=4321, binary="/bin/llama-server")
+
+
+def test_defaults_launch_with_no_tuning_flags():
+    spec = get_engine("llamacpp").build({}, CTX)
+    assert spec.argv == ["/bin/llama-server", "--model", "/m/model.gguf", "--host", "127.0.0.1", "--port", "4321",
+                         "--alias", "tiny", "--metrics"]
+    assert spec.port == 4321 and spec.health_path == "/health"
+
+
+def test_every_tuning_param_maps_to_its_flag():
+    params = {"parallel": 8, "threads": 2, "threads_batch": 2, "batch_size": 512, "ubatch_size": 128,
+              "cont_batching": False, "flash_attn": "on", "cache_type_k": "q8_0", "cache_type_v": "q8_0",
+              "ctx_size": 8192, "kv_unified": True, "cache_reuse": 256, "mlock": True, "mmap": False}
+    args = get_engine("llamacpp").build(params, CTX).argv[10:]
+    assert args == ["-np", "8", "-t", "2", "-tb", "2", "-b", "512", "-ub", "128", "-nocb", "-fa", "on",
+                    "-ctk", "q8_0", "-ctv", "q8_0", "-c", "8192", "-kvu", "--cache-reuse", "256", "--mlock",
+                    "--no-mmap"]
+
+
+def test_booleans_pick_the_on_or_off_flag_and_may_pass_nothing():
+    engine = get_engine("llamacpp")
+    assert engine.tuning_args({"cont_batching": True, "kv_unified": False}) == ["-cb", "-no-kvu"]
+    assert engine.tuning_args({"mlock": False, "mmap": True}) == []
+
+
+def test_space_with_unknown_param_or_value_is_refused_with_the_valid_names():
+    engine = get_engine("llamacpp")
+    with pytest.raises(EngineError, match=r"'n_gpu_layers' is not a llamacpp param \(known: batch_size, "):
+        engine.check_space(["parallel", "n_gpu_layers"], {})
+    with pytest.raises(EngineError, match=r"'flash_attn': 'yes' is not accepted by llamacpp"):
+        engine.check_space(["flash_attn"], {"flash_attn": ["on", "yes"]})
+
+
+def test_quantized_v_cache_without_flash_attention_is_infeasible():
+    engine = get_engine("llamacpp")
+    assert engine.infeasible({"flash_attn": "off", "cache_type_v": "q8_0"}, {})
+    assert engine.infeasible({"flash_attn": "on", "cache_type_v": "q8_0"}, {}) == []
+
+
+def test_failure_classes_from_the_server_log():
+    engine = get_engine("llamacpp")
+    assert engine.classify_failure("src/llama-context.cpp:1: GGML_ASSERT(n_outputs_max <= x) failed") == "assert"
+    assert engine.classify_failure("error: invalid argument: --bogus") == "bad-flag"
+    assert engine.classify_failure("ggml_backend_cpu_buffer_type_alloc_buffer: failed to allocate buffer") == "oom"
+    assert engine.classify_failure("all good") is None
+    assert engine.parse_version("version: 7213 (ab12cd3)\nbuilt with cc") == "b7213-ab12cd3"
+
+
+def test_unknown_engine_lists_the_known_ones():
+    with pytest.raises(EngineError, match=r"unknown engine 'tgi' \(engines: llamacpp"):
+        get_engine("tgi")
