@@ -60,7 +60,7 @@ def run(
     summary = report.summarize(study, exp.config.objective.metric)
     command = None
     if summary.best is not None:
-        ctx = report.export_context(tuner._launch_context(report.EXPORT_PORT))
+        ctx = report.export_context(tuner.launch_context(report.EXPORT_PORT))
         command = report.best_command(tuner.engine, summary.best, ctx)
     report.render(summary, tuner.engine, command, console)
     path = report.write_best(summary, command, tuner.workdir)
@@ -140,7 +140,7 @@ def bench(
     if json_path:
         from dataclasses import asdict
 
-        data = {"result": result.to_dict(), "records": [asdict(r) for r in records]}
+        data = {"result": result.to_json(), "records": [asdict(r) for r in records]}
         json_path.write_text(json.dumps(data, indent=1))
         typer.echo(f"wrote {json_path}")
     if result.completed == 0:

@@ -22,7 +22,7 @@ class Progress:
 
     def _prefix(self) -> str:
         of = f"/{self.total}" if self.total else ""
-        return f"[bold cyan][trial {self._index}{of} · #{self._number}][/]"
+        return f"[bold cyan]{escape(f'[trial {self._index}{of} · #{self._number}]')}[/]"
 
     def trial_started(self, index: int, number: int, what: str) -> None:
         self._index, self._number, self._started = index, number, time.monotonic()

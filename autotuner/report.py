@@ -104,15 +104,17 @@ def render(summary: StudySummary, engine: Engine, command: str | None, console: 
     console.print(table)
     counts = ", ".join(f"{n} {s.lower()}" for s, n in sorted(summary.counts.items()))
     fails = ", ".join(f"{n} {c}" for c, n in sorted(summary.failure_classes.items()))
-    console.print(f"Trials: {counts}" + (f" (failures: {fails})" if fails else ""))
+    console.print(f"Trials: {counts}" + (f" (failures: {fails})" if fails else ""), soft_wrap=True)
     if summary.best is None:
         console.print("[red]No trial completed: nothing to recommend yet.[/]")
         return
     if summary.baseline_value is not None and summary.gain is not None:
         console.print(f"Best: trial #{summary.best.number} at {summary.best.value:,.1f} {m}, "
-                      f"baseline {summary.baseline_value:,.1f}: [bold]{summary.gain:+.1%}[/] over the engine defaults")
+                      f"baseline {summary.baseline_value:,.1f}: [bold]{summary.gain:+.1%}[/] over the engine defaults",
+                      soft_wrap=True)
     else:
-        console.print(f"Best: trial #{summary.best.number} at {summary.best.value:,.1f} {m} (no baseline measured)")
+        console.print(f"Best: trial #{summary.best.number} at {summary.best.value:,.1f} {m} (no baseline measured)",
+                      soft_wrap=True)
     if command:
         console.print("Run the best configuration with:")
         console.print(command, markup=False, highlight=False, soft_wrap=True)

@@ -6,6 +6,7 @@ experiment's names onto them and turns an unusable storage into a clear error.
 
 from __future__ import annotations
 
+import warnings
 from pathlib import Path
 
 import optuna
@@ -62,7 +63,9 @@ def open_study(cfg: ExperimentConfig, n_levels: int) -> optuna.Study:
         if type(e).__module__.startswith(("sqlalchemy", "optuna")):
             raise ConfigError(f"study.storage: cannot open {cfg.study.storage}: {str(e).splitlines()[0]}") from None
         raise
-    study.set_metric_names([cfg.objective.metric])
+    with warnings.catch_warnings():  # experimental since Optuna 3.2, stable in use; names the axis in plots
+        warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
+        study.set_metric_names([cfg.objective.metric])
     return study
 
 

@@ -125,7 +125,7 @@ class Tuner:
                 broken = self._infeasible(params)
                 if broken:
                     raise _Failed("infeasible", "; ".join(broken))
-                spec = self.engine.build(params, self._launch_context(free_port()))
+                spec = self.engine.build(params, self.launch_context(free_port()))
                 command = spec.command_line()
                 progress.phase("launching")
                 t = time.perf_counter()
@@ -133,8 +133,8 @@ class Tuner:
                 try:
                     self.launcher.wait_ready(handle, self.cfg.startup_timeout_s)
                 except LaunchError as e:
-                    cls = self.engine.classify_failure(e.log_tail) or e.failure_class
-                    raise _Failed(cls, str(e), e.log_tail) from None
+                    cls, line = self.engine.classify_failure(e.log_tail)
+                    raise _Failed(cls or e.failure_class, f"{e}: {line}" if line else str(e), e.log_tail) from None
                 timings["ready_s"] = time.perf_counter() - t
                 result = asyncio.run(self._measure(handle, trial, run_id, progress, timings))
             except _Failed as f:
@@ -175,7 +175,7 @@ class Tuner:
                 raise _Failed("crashed-mid-run", f"server died while measuring {_level_text(level)}",
                               self.launcher.logs(handle, LOG_TAIL_LINES))
             if metrics["error_rate"] > self.cfg.objective.max_error_rate:
-                sample = "; ".join(result.error_samples[:3]) if getattr(result, "error_samples", None) else ""
+                sample = "; ".join(list(result.error_samples)[:3])
                 raise _Failed("client-errors", f"{metrics['error_rate']:.0%} of requests failed at "
                               f"{_level_text(level)}: {sample}", self.launcher.logs(handle, LOG_TAIL_LINES))
             trial.report(level_value(metrics, self.cfg.objective), step)
@@ -205,7 +205,7 @@ class Tuner:
         final = _final_metrics(level_metrics, self.cfg.objective.metric, self.cfg.objective.direction)
         tags = {"autotuner.state": result.state, "autotuner.failure_class": result.failure_class or "",
                 "autotuner.failure_reason": (result.reason or "")[:5000]}
-        bench = {"state": result.state, "value": result.value, "levels": [r.to_dict() for r in result.levels]}
+        bench = {"state": result.state, "value": result.value, "levels": [r.to_json() for r in result.levels]}
         artifacts: dict[str, str | Path] = {"bench.json": json.dumps(bench, indent=2),
                                             "server.log": trial_dir / "server.log"}
         if command:
@@ -234,7 +234,7 @@ class Tuner:
         context = {"input_len": w.input_len, "output_len": w.output_len, "gpus": self.cfg.hardware.gpus}
         return self.space.broken_constraints(params) + self.engine.infeasible(params, context)
 
-    def _launch_context(self, port: int) -> LaunchContext:
+    def launch_context(self, port: int) -> LaunchContext:
         return LaunchContext(model_path=self.exp.model_path, served_model_name=self.cfg.model.name, port=port,
                              binary=self.binary, extra_args=tuple(self.cfg.engine_args))
 

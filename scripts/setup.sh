@@ -9,6 +9,8 @@ cd "$(dirname "$0")/.."
 cache="${AUTOTUNER_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/autotuner}"
 python="${PYTHON:-python3}"
 say() { echo "[setup] $*" >&2; }
+# This machine's pip config names local package folders that may not exist; hide that noise only.
+pip() { "$venv/bin/python" -m pip "$@" 2> >(grep -v "is ignored: it is neither a file nor a directory" >&2); }
 
 key="$("$python" -c 'import sys; print(f"py{sys.version_info[0]}.{sys.version_info[1]}")')-$(sha256sum pyproject.toml | cut -c1-12)"
 venv="$cache/venv/$key"
@@ -16,12 +18,12 @@ if [ ! -f "$venv/.complete" ]; then
   say "1/3 creating the Python environment (about 1-2 minutes, once): $venv"
   rm -rf "$venv"
   "$python" -m venv "$venv"
-  "$venv/bin/python" -m pip install --quiet --upgrade pip
-  "$venv/bin/python" -m pip install --quiet -e '.[test]'
+  pip install --quiet --upgrade pip 'setuptools>=68' wheel
+  pip install --quiet --no-build-isolation -e '.[test]'
   touch "$venv/.complete"
 else
   say "1/3 Python environment cached: $venv"
-  "$venv/bin/python" -m pip install --quiet --no-deps --no-build-isolation -e . >/dev/null
+  pip install --quiet --no-deps --no-build-isolation -e . >/dev/null
 fi
 ln -sfn "$venv" .venv
 

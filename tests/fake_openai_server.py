@@ -170,6 +170,7 @@ class _ServerState:
         self.in_flight = 0
         self.max_in_flight = 0
         self.served = 0
+        self.connections = 0  # TCP connections accepted (keep-alive reuse shows as few)
         self.transports: set[asyncio.Transport] = set()
         self.instant_cache: dict[tuple[Any, ...], bytes] = {}
 
@@ -189,6 +190,7 @@ class _HttpConnection(asyncio.Protocol):
         assert isinstance(transport, asyncio.Transport)
         self.transport = transport
         self.state.transports.add(transport)
+        self.state.connections += 1
 
     def connection_lost(self, exc: Exception | None) -> None:
         if self.transport is not None:
@@ -401,11 +403,16 @@ class FakeOpenAIServer:
     def served(self) -> int:
         return self._state.served
 
+    @property
+    def connections(self) -> int:
+        return self._state.connections
+
     def reset_stats(self) -> None:
         def apply() -> None:
             self._state.requests = []
             self._state.max_in_flight = self._state.in_flight
             self._state.served = 0
+            self._state.connections = 0
         self._call(apply)
 
     def _call(self, fn: Any) -> None:

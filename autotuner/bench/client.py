@@ -32,7 +32,9 @@ from typing import Any, Literal
 
 import httpx
 
-ERROR_SNIPPET_CHARS = 300  # how much of an error body or message a record keeps
+ERROR_SNIPPET_CHARS = 300
+# Response extension under which LoadgenTransport offers reads stamped as they left the socket.
+TIMED_STREAM_EXTENSION = "autotuner.timed_stream"  # how much of an error body or message a record keeps
 
 # A generated-text field holding a non-empty string. Inside a JSON string every '"' is escaped, so this
 # can only match a key, never text the model produced. "reasoning(_content)": thinking models stream
@@ -107,6 +109,11 @@ def _has_text(choice: Any) -> bool:
     return False
 
 
+async def _stamped(chunks: Any) -> Any:
+    async for chunk in chunks:
+        yield perf_counter_ns(), chunk
+
+
 def _event_data(event: bytes) -> tuple[bytes | None, str | None]:
     """(data, error) of an event that is not a single "data: " line: multi-line, comments, `error:`."""
     data_lines = []
@@ -142,6 +149,8 @@ async def stream_request(
     content_re = _CHAT_CONTENT if endpoint == "chat" else _COMPLETIONS_CONTENT
     needs_parse = _NEEDS_PARSE.search
     has_content = content_re.search
+    fast_key = b'"content":"' if endpoint == "chat" else b'"text":"'
+    fast_len = len(fast_key)
     rec = RequestRecord(start_ns=perf_counter_ns())
     times = rec.chunk_times_ns
     usage: dict[str, Any] | None = None
@@ -156,11 +165,12 @@ async def stream_request(
                     rec.error = f"HTTP {response.status_code}: {_snippet(raw.decode(errors='replace'))}"
                     return rec
                 buf = b""
-                # aiter_raw: undecoded bytes, as they come off the connection (no text decoding).
-                async for data in response.aiter_raw():
-                    now = perf_counter_ns()
-                    if done or error is not None:
-                        continue  # drain the body so the connection can be reused
+                timed = response.extensions.get(TIMED_STREAM_EXTENSION)
+                # Either reads stamped at the socket (LoadgenTransport), or raw undecoded bytes stamped here.
+                source = timed.aiter_timed() if timed is not None else _stamped(response.aiter_raw())
+                async for now, data in source:
+                    if done:
+                        continue  # drain the rest (the end of the body) so the connection can be reused
                     if buf:
                         data = buf + data
                     if b"\r" in data:  # CRLF framing (sse-starlette): JSON never holds a raw CR
@@ -182,9 +192,13 @@ async def stream_request(
                         if payload == b"[DONE]":
                             done = True
                             break
-                        if needs_parse(payload) is None:
-                            if has_content(payload) is not None:
+                        if (b'"usage"' not in payload and b'"error"' not in payload) or needs_parse(payload) is None:
+                            # Cheapest test first: the compact form every server we know sends.
+                            at = payload.find(fast_key)
+                            if at >= 0 and payload[at + fast_len] != 34:  # 34: '"', i.e. not an empty string
                                 times.append(now)
+                            elif (at < 0 or endpoint == "chat") and has_content(payload) is not None:
+                                times.append(now)  # spaced JSON, or a reasoning field
                             continue
                         # Rare: usage or error object (or an unusual layout): parse for real.
                         try:
@@ -202,8 +216,14 @@ async def stream_request(
                             times.append(now)
                     if done or error is not None:
                         rec.end_ns = now
+                        if error is not None:
+                            break  # leave the rest unread: the connection is closed, not reused
+                if not done and error is None and buf.strip() == b"data: [DONE]":
+                    done = True  # a last event without its blank line
         if not rec.end_ns:
             rec.end_ns = perf_counter_ns()
+        if not done and error is None and rec.error is None and usage is None and not times:
+            error = "the stream ended without any event"
     except TimeoutError:
         rec.end_ns = perf_counter_ns()
         rec.error = f"timeout after {timeout_s:g} s"
@@ -227,10 +247,420 @@ async def stream_request(
     return rec
 
 
-def make_client(max_connections: int, timeout_s: float = 300.0) -> httpx.AsyncClient:
-    """An AsyncClient for load generation: HTTP/1.1, no proxies or .netrc from the environment,
-    a pool big enough that `max_connections` requests never queue for a connection."""
-    limits = httpx.Limits(max_connections=max_connections, max_keepalive_connections=max_connections,
-                          keepalive_expiry=60.0)
-    return httpx.AsyncClient(limits=limits, timeout=httpx.Timeout(timeout_s), trust_env=False, http1=True,
-                             http2=False, follow_redirects=False)
+
+# --------------------------------------------------------------------------------------------------
+# The transport: HTTP/1.1 for load generation.
+#
+# httpx's default transport (httpcore + h11) costs ~8 us per HTTP chunk, and servers send every token as
+# its own chunk; its pool also scans every connection on each request. Together they cap one core at
+# ~20-80k tokens/s, below what one fast server streams. This transport keeps httpx's client API but
+# speaks plain-HTTP/1.1 itself: a LIFO pool of keep-alive connections, one asyncio Protocol per
+# connection, a chunked decoder that handles a whole network read at once. It also stamps each read
+# with perf_counter_ns() as it comes off the socket, before any coroutine runs, and offers the stamped
+# reads to stream_request through the response extension TIMED_STREAM_EXTENSION.
+# https:// URLs go to httpx's own transport.
+# --------------------------------------------------------------------------------------------------
+
+_MAX_HEAD_BYTES = 64 * 1024
+_READ_HIGH_WATER_BYTES = 4 * 1024 * 1024  # pause reading a connection whose data nobody consumes
+
+
+class _HttpProtocolError(Exception):
+    pass
+
+
+class _Connection(asyncio.Protocol):
+    """One TCP connection; buffers (arrival_ns, bytes) pieces until the reader takes them."""
+
+    def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
+        self.loop = loop
+        self.transport: asyncio.Transport | None = None
+        self.pieces: list[tuple[int, bytes]] = []
+        self.buffered = 0
+        self.paused = False
+        self.waiter: asyncio.Future[None] | None = None
+        self.closed = False
+        self.lost_exc: BaseException | None = None
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        self.transport = transport  # type: ignore[assignment]
+
+    def data_received(self, data: bytes) -> None:
+        self.pieces.append((perf_counter_ns(), data))
+        self.buffered += len(data)
+        if self.buffered > _READ_HIGH_WATER_BYTES and not self.paused and self.transport is not None:
+            self.transport.pause_reading()
+            self.paused = True
+        waiter = self.waiter
+        if waiter is not None and not waiter.done():
+            waiter.set_result(None)
+
+    def eof_received(self) -> None:
+        self._lost(None)
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self._lost(exc)
+
+    def _lost(self, exc: BaseException | None) -> None:
+        self.closed = True
+        if exc is not None:
+            self.lost_exc = exc
+        waiter = self.waiter
+        if waiter is not None and not waiter.done():
+            waiter.set_result(None)
+
+    async def read(self, timeout_s: float | None) -> list[tuple[int, bytes]]:
+        """Every piece received so far, waiting for one if none; [] at end of stream."""
+        if not self.pieces:
+            if self.closed:
+                return []
+            waiter = self.waiter = self.loop.create_future()
+            timer = self.loop.call_later(timeout_s, _expire, waiter) if timeout_s else None
+            try:
+                await waiter
+            finally:
+                self.waiter = None
+                if timer is not None:
+                    timer.cancel()
+        pieces = self.pieces
+        self.pieces = []
+        self.buffered = 0
+        if self.paused and self.transport is not None:
+            self.paused = False
+            self.transport.resume_reading()
+        return pieces
+
+    def close(self) -> None:
+        self.closed = True
+        if self.transport is not None:
+            self.transport.close()
+
+
+def _expire(waiter: asyncio.Future[None]) -> None:
+    if not waiter.done():
+        waiter.set_exception(TimeoutError())
+
+
+class _ChunkedDecoder:
+    """Incremental decoder of a chunked HTTP/1.1 body; feed() takes any slice of the byte stream."""
+
+    __slots__ = ("remaining", "crlf_left", "pending", "in_trailers", "done")
+
+    def __init__(self) -> None:
+        self.remaining = 0  # payload bytes left in the current chunk
+        self.crlf_left = 0  # bytes of the CRLF that ends the current chunk still to skip
+        self.pending = b""  # an incomplete size or trailer line
+        self.in_trailers = False
+        self.done = False
+
+    def feed(self, data: bytes) -> bytes:
+        if self.pending:
+            data = self.pending + data
+            self.pending = b""
+        out = []
+        pos = 0
+        n = len(data)
+        while pos < n and not self.done:
+            if self.remaining:
+                end = pos + self.remaining
+                if end > n:
+                    end = n
+                out.append(data[pos:end])
+                self.remaining -= end - pos
+                pos = end
+                if not self.remaining:
+                    self.crlf_left = 2
+            elif self.crlf_left:
+                take = data[pos : pos + self.crlf_left]
+                if take != b"\r\n"[2 - self.crlf_left : 2 - self.crlf_left + len(take)]:
+                    raise _HttpProtocolError("chunk not followed by CRLF")
+                pos += len(take)
+                self.crlf_left -= len(take)
+            else:
+                eol = data.find(b"\r\n", pos)
+                if eol < 0:
+                    if n - pos > 4096:
+                        raise _HttpProtocolError("chunk size line too long")
+                    self.pending = data[pos:]
+                    break
+                line = data[pos:eol]
+                pos = eol + 2
+                if self.in_trailers:
+                    if not line:
+                        self.done = True
+                    continue
+                try:
+                    size = int(line, 16)
+                except ValueError:
+                    size = self._size_with_extension(line)
+                if size <= 0:
+                    if size < 0:
+                        raise _HttpProtocolError(f"bad chunk size line {line[:40]!r}")
+                    self.in_trailers = True
+                    continue
+                end = pos + size
+                if end + 2 <= n:
+                    # Fast path, the usual case: the whole chunk and its CRLF are in this read.
+                    if data[end : end + 2] != b"\r\n":
+                        raise _HttpProtocolError("chunk not followed by CRLF")
+                    out.append(data[pos:end])
+                    pos = end + 2
+                else:
+                    self.remaining = size
+        if len(out) == 1:
+            return out[0]
+        return b"".join(out)
+
+    @staticmethod
+    def _size_with_extension(line: bytes) -> int:
+        try:
+            return int(line.split(b";", 1)[0], 16)
+        except ValueError:
+            raise _HttpProtocolError(f"bad chunk size line {line[:40]!r}") from None
+
+
+class _ResponseStream(httpx.AsyncByteStream):
+    """The body of one response; gives its connection back to the pool when fully read and closed."""
+
+    def __init__(self, transport: LoadgenTransport, key: tuple[str, int], conn: _Connection,
+                 first: list[tuple[int, bytes]], framing: str, length: int, reusable: bool,
+                 timeout_s: float | None, request: httpx.Request) -> None:
+        self._transport = transport
+        self._key = key
+        self._conn: _Connection | None = conn
+        self._first = first
+        self._framing = framing  # "chunked" | "length" | "close"
+        self._left = length
+        self._decoder = _ChunkedDecoder() if framing == "chunked" else None
+        self._reusable = reusable
+        self._timeout_s = timeout_s
+        self._request = request
+        self._complete = framing == "length" and length == 0
+
+    async def aiter_timed(self) -> Any:
+        """Yield (arrival_ns, body bytes) as pieces arrive; arrival_ns is when the socket was read."""
+        pieces, self._first = self._first, []
+        conn = self._conn
+        while not self._complete:
+            for ns, data in pieces:
+                body = self._decode(data)
+                if body:
+                    yield ns, body
+                if self._complete:
+                    break
+            if self._complete or conn is None:
+                break
+            try:
+                pieces = await conn.read(self._timeout_s)
+            except TimeoutError:
+                raise httpx.ReadTimeout("read timed out", request=self._request) from None
+            if not pieces:
+                if self._framing == "close":
+                    self._complete = True
+                    break
+                if conn.lost_exc is not None:
+                    raise httpx.ReadError(f"connection lost: {conn.lost_exc}", request=self._request)
+                raise httpx.RemoteProtocolError("peer closed connection without sending complete message body",
+                                                request=self._request)
+
+    def _decode(self, data: bytes) -> bytes:
+        if self._decoder is not None:
+            try:
+                body = self._decoder.feed(data)
+            except _HttpProtocolError as exc:
+                raise httpx.RemoteProtocolError(str(exc), request=self._request) from None
+            if self._decoder.done:
+                self._complete = True
+                if self._decoder.pending:
+                    self._reusable = False  # bytes after the body: do not trust the connection
+            return body
+        if self._framing == "length":
+            if len(data) >= self._left:
+                if len(data) > self._left:
+                    self._reusable = False
+                data = data[: self._left]
+                self._complete = True
+            self._left -= len(data)
+        return data
+
+    async def __aiter__(self) -> Any:
+        async for _ns, body in self.aiter_timed():
+            yield body
+
+    async def aclose(self) -> None:
+        conn, self._conn = self._conn, None
+        if conn is None:
+            return
+        if self._complete and self._reusable and not conn.closed and not conn.pieces:
+            self._transport._release(self._key, conn)
+        else:
+            conn.close()
+            self._transport._release(self._key, None)
+
+
+class LoadgenTransport(httpx.AsyncBaseTransport):
+    """httpx transport for plain-HTTP/1.1 load generation (see the comment above); https is delegated.
+
+    At most `max_connections` requests are in flight; more wait for a connection. A request sent on a
+    kept-alive connection that the server had closed is sent again once on a new connection, but only
+    if not a byte of its response had arrived.
+    """
+
+    def __init__(self, max_connections: int = 100) -> None:
+        self._max_connections = max_connections
+        self._slots: asyncio.Semaphore | None = None  # created on first use, inside the event loop
+        self._idle: dict[tuple[str, int], list[_Connection]] = {}
+        self._fallback: httpx.AsyncHTTPTransport | None = None
+
+    async def handle_async_request(self, request: httpx.Request) -> httpx.Response:
+        url = request.url
+        if url.scheme != "http":
+            if self._fallback is None:
+                self._fallback = httpx.AsyncHTTPTransport(
+                    limits=httpx.Limits(max_connections=self._max_connections), trust_env=False)
+            return await self._fallback.handle_async_request(request)
+        if self._slots is None:
+            self._slots = asyncio.Semaphore(self._max_connections)
+        timeouts = request.extensions.get("timeout", {})
+        key = (url.host, url.port or 80)
+        head = self._request_head(request)
+        body = request.content if hasattr(request, "_content") else b"".join([c async for c in request.stream])
+        try:
+            await asyncio.wait_for(self._slots.acquire(), timeouts.get("pool"))
+        except TimeoutError:
+            raise httpx.PoolTimeout("no free connection", request=request) from None
+        try:
+            for _attempt in range(2):
+                conn, reused = await self._connect(key, timeouts.get("connect"), request)
+                if conn.transport is None or conn.closed:
+                    continue
+                conn.transport.write(head + body)
+                try:
+                    body_pieces, status, reason, headers, version = await self._read_head(
+                        conn, timeouts.get("read"), request)
+                except httpx.RemoteProtocolError:
+                    if reused and not conn.pieces and conn.closed:
+                        conn.close()
+                        continue  # the server had closed the idle connection: send once more
+                    conn.close()
+                    raise
+                break
+            else:
+                raise httpx.ConnectError("could not send the request on a fresh connection", request=request)
+        except BaseException:
+            self._slots.release()
+            raise
+        return self._response(request, key, conn, status, reason, headers, body_pieces, version, timeouts.get("read"))
+
+    @staticmethod
+    def _request_head(request: httpx.Request) -> bytes:
+        lines = [b"%s %s HTTP/1.1" % (request.method.encode(), request.url.raw_path)]
+        lines.extend(k + b": " + v for k, v in request.headers.raw)
+        return b"\r\n".join(lines) + b"\r\n\r\n"
+
+    async def _connect(self, key: tuple[str, int], timeout_s: float | None,
+                       request: httpx.Request) -> tuple[_Connection, bool]:
+        idle = self._idle.get(key)
+        while idle:
+            conn = idle.pop()
+            if not conn.closed and not conn.pieces:
+                return conn, True
+            conn.close()
+        loop = asyncio.get_running_loop()
+        try:
+            _, conn = await asyncio.wait_for(
+                loop.create_connection(lambda: _Connection(loop), key[0], key[1]), timeout_s)
+        except TimeoutError:
+            raise httpx.ConnectTimeout(f"connect to {key[0]}:{key[1]} timed out", request=request) from None
+        except OSError as exc:
+            raise httpx.ConnectError(f"{exc.strerror or exc} ({key[0]}:{key[1]})", request=request) from None
+        return conn, False
+
+    async def _read_head(self, conn: _Connection, timeout_s: float | None, request: httpx.Request) -> Any:
+        buf = b""
+        while True:
+            try:
+                pieces = await conn.read(timeout_s)
+            except TimeoutError:
+                conn.close()
+                raise httpx.ReadTimeout("timed out waiting for the response", request=request) from None
+            if not pieces:
+                raise httpx.RemoteProtocolError("server disconnected without sending a response", request=request)
+            for i, (ns, data) in enumerate(pieces):
+                start = len(buf)
+                buf += data
+                end = buf.find(b"\r\n\r\n", max(0, start - 3))
+                if end < 0:
+                    continue
+                # Leftover of this piece and later pieces are body.
+                rest = pieces[i + 1 :]
+                body_start = buf[end + 4 :]
+                if body_start:
+                    rest.insert(0, (ns, body_start))
+                lines = buf[:end].split(b"\r\n")
+                try:
+                    version, status_text, *reason = lines[0].split(b" ", 2)
+                    status = int(status_text)
+                except ValueError:
+                    raise httpx.RemoteProtocolError(f"bad status line {lines[0][:60]!r}", request=request) from None
+                headers = []
+                for line in lines[1:]:
+                    k, sep, v = line.partition(b":")
+                    if not sep:
+                        raise httpx.RemoteProtocolError(f"bad header line {line[:60]!r}", request=request)
+                    headers.append((k.strip(), v.strip()))
+                return rest, status, (reason[0] if reason else b""), headers, version
+            if len(buf) > _MAX_HEAD_BYTES:
+                raise httpx.RemoteProtocolError("response head too large", request=request)
+
+    def _response(self, request: httpx.Request, key: tuple[str, int], conn: _Connection, status: int,
+                  reason: bytes, headers: list[tuple[bytes, bytes]], pieces: list[tuple[int, bytes]],
+                  version: bytes, timeout_s: float | None) -> httpx.Response:
+        framing, length, reusable = "close", 0, version == b"HTTP/1.1"
+        for k, v in headers:
+            name = k.lower()
+            if name == b"transfer-encoding" and b"chunked" in v.lower():
+                framing = "chunked"
+            elif name == b"content-length" and framing != "chunked":
+                framing, length = "length", int(v)
+            elif name == b"connection":
+                if b"close" in v.lower():
+                    reusable = False
+                elif b"keep-alive" in v.lower():
+                    reusable = True
+        if request.method == "HEAD" or status in (204, 304):
+            framing, length = "length", 0
+        if framing == "close":
+            reusable = False
+        stream = _ResponseStream(self, key, conn, pieces, framing, length, reusable, timeout_s, request)
+        return httpx.Response(status, headers=headers, stream=stream,
+                              extensions={"http_version": version, "reason_phrase": reason,
+                                          TIMED_STREAM_EXTENSION: stream})
+
+    def _release(self, key: tuple[str, int], conn: _Connection | None) -> None:
+        if conn is not None:
+            self._idle.setdefault(key, []).append(conn)
+        if self._slots is not None:
+            self._slots.release()
+
+    async def aclose(self) -> None:
+        for conns in self._idle.values():
+            for conn in conns:
+                conn.close()
+        self._idle.clear()
+        if self._fallback is not None:
+            await self._fallback.aclose()
+
+
+def make_client(max_connections: int = 100, timeout_s: float = 300.0, *, fast: bool = True) -> httpx.AsyncClient:
+    """An AsyncClient for load generation: HTTP/1.1 only, no proxies or .netrc from the environment,
+    no compression, room for `max_connections` requests at once. fast=False: httpx's own transport."""
+    transport: httpx.AsyncBaseTransport
+    if fast:
+        transport = LoadgenTransport(max_connections)
+    else:
+        limits = httpx.Limits(max_connections=max_connections, max_keepalive_connections=max_connections)
+        transport = httpx.AsyncHTTPTransport(limits=limits, http1=True, http2=False, trust_env=False)
+    # accept-encoding identity: the SSE bytes must arrive as sent, never gzip'd.
+    return httpx.AsyncClient(transport=transport, timeout=httpx.Timeout(timeout_s), trust_env=False,
+                             follow_redirects=False, headers={"accept-encoding": "identity"})

@@ -3,8 +3,8 @@
 A `Workload` says which OpenAI-compatible endpoint to drive and how long prompts and answers are;
 `build_payloads` turns it into the list of JSON request bodies, deterministically from the seed, so two
 trials of a study send byte-identical requests. Prompts are random words from a fixed list of short,
-common English words (about one token each for the usual BPE tokenizers), drawn from the first word on,
-so no two prompts share a prefix that a prefix cache could reuse.
+common English words (about one token each for the usual BPE tokenizers), drawn independently from the
+first word on, so prompts share no long prefix that a prefix cache could reuse between requests.
 
 This module is pure: it never opens a connection, reads a file or looks at the clock.
 """

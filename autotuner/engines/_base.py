@@ -25,6 +25,8 @@ class LaunchSpec:
     health_path: str = "/health"
     env: dict[str, str] = field(default_factory=dict)
     image: str | None = None
+    # Environment that only changes what the server logs, not how it runs: left out of command_line().
+    log_env: dict[str, str] = field(default_factory=dict)
 
     def command_line(self) -> str:
         env = " ".join(f"{k}={shlex.quote(v)}" for k, v in sorted(self.env.items()))
@@ -103,9 +105,10 @@ class Engine:
     def build(self, params: Mapping[str, Any], ctx: LaunchContext) -> LaunchSpec:
         raise NotImplementedError
 
-    def classify_failure(self, log_tail: str) -> str | None:
-        """A failure class read from the server's log (`oom`, `bad-flag`, ...), or None if unknown."""
-        return None
+    def classify_failure(self, log_tail: str) -> tuple[str | None, str | None]:
+        """Why a server failed, read from its log: (class such as `oom` or `bad-flag`, the telling line).
+        Either may be None when the log does not say."""
+        return None, None
 
     def version_argv(self, binary: str) -> list[str]:
         return [binary, "--version"]

@@ -28,8 +28,8 @@ FLAGS: dict[str, Flag] = {
     "ctx_size": Flag("-c", default=0, help="total context, split across slots unless unified; 0 = model's"),
     "kv_unified": Flag(on="-kvu", off="-no-kvu", help="one KV buffer shared by all slots (default: on if -np auto)"),
     "cache_reuse": Flag("--cache-reuse", default=0, help="min chunk size to reuse from cache via KV shifting"),
-    "mlock": Flag(on="--mlock", off=None, default=False, help="lock the model in RAM"),
-    "mmap": Flag(on=None, off="--no-mmap", default=True, help="memory-map the model"),
+    "load_mode": Flag("-lm", default="auto", choices=("auto", "none", "mmap", "mlock", "mmap+mlock", "dio"),
+                      help="how the model is loaded (replaces --mlock / --no-mmap)"),
 }
 
 # Log lines that say why a start failed, most specific first.
@@ -37,8 +37,9 @@ _FAILURES = [
     ("bad-flag", re.compile(r"error: (invalid argument|unknown value|unknown argument)|invalid value for", re.I)),
     ("oom", re.compile(r"out of memory|failed to allocate|cannot allocate|bad_alloc|unable to allocate", re.I)),
     ("model-load", re.compile(r"failed to load model|error loading model|unable to load model", re.I)),
-    ("assert", re.compile(r"GGML_ASSERT|GGML_ABORT|Assertion .* failed", re.I)),
+    ("assert", re.compile(r"GGML_ASSERT|GGML_ABORT|Assertion .* failed")),
 ]
+_ERROR_LINE = re.compile(r"^[\d.]+ E |^error:|^terminate called", re.I)
 
 
 @register
@@ -57,8 +58,9 @@ class LlamaCppEngine(Engine):
             *self.tuning_args(params),
             *ctx.extra_args,
         ]
+        # No gdb backtrace on an abort: it buries the assertion under dozens of frames in the log.
         return LaunchSpec(argv=argv, port=ctx.port, served_model_name=ctx.served_model_name,
-                          health_path="/health")
+                          health_path="/health", log_env={"GGML_NO_BACKTRACE": "1"})
 
     def infeasible(self, params: Mapping[str, Any], context: Mapping[str, Any]) -> list[str]:
         broken = []
@@ -68,12 +70,17 @@ class LlamaCppEngine(Engine):
             broken.append(f"cache_type_v={v} needs flash_attn on (llama.cpp rejects a quantized V cache without it)")
         return broken
 
-    def classify_failure(self, log_tail: str) -> str | None:
+    def classify_failure(self, log_tail: str) -> tuple[str | None, str | None]:
+        lines = log_tail.splitlines()
         for failure_class, pattern in _FAILURES:
-            if pattern.search(log_tail):
-                return failure_class
-        return None
+            for line in lines:
+                if pattern.search(line):
+                    return failure_class, line.strip()
+        # llama.cpp marks error lines with a level letter: "0.00.009.428 E llama_init_from_model: ..."
+        first_error = next((line.strip() for line in lines if _ERROR_LINE.match(line)), None)
+        return None, first_error
 
     def parse_version(self, output: str) -> str:
-        m = re.search(r"version: (\S+) \((\w+)\)", output)
-        return f"b{m.group(1)}-{m.group(2)}" if m else super().parse_version(output)
+        # "version: 0.5.0-dev (build 1, commit 0c1e570)" on stderr
+        m = re.search(r"version: (\S+) \((?:build (\d+), commit )?(\w+)\)", output)
+        return f"{m.group(1)}+{m.group(3)}" if m else super().parse_version(output)

@@ -23,6 +23,7 @@ from autotuner.engines._base import LaunchSpec
 from autotuner.launchers._base import EngineExited, Handle, StartupTimeout, tail
 
 _STOP_GRACE_S = 10.0
+_FAILURE_TAIL_LINES = 120  # enough to reach the telling line above a crash dump
 
 
 class _NotReady(Exception):
@@ -54,7 +55,7 @@ class ProcessLauncher:
         with log_path.open("ab") as log:
             proc = subprocess.Popen(
                 spec.argv, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
-                env={**os.environ, **spec.env}, start_new_session=True, preexec_fn=_die_with_parent,
+                env={**os.environ, **spec.log_env, **spec.env}, start_new_session=True, preexec_fn=_die_with_parent,
             )
         self.state_dir.mkdir(parents=True, exist_ok=True)
         pidfile = self.state_dir / f"{proc.pid}.json"
@@ -72,7 +73,8 @@ class ProcessLauncher:
 
         def probe(client: httpx.Client) -> None:
             if (code := proc.poll()) is not None:
-                raise EngineExited(f"server exited with code {code} while starting", code, tail(handle.log_path))
+                raise EngineExited(f"server exited with code {code} while starting", code,
+                                   tail(handle.log_path, _FAILURE_TAIL_LINES))
             try:
                 if client.get(url).status_code == 200:
                     return
@@ -87,7 +89,8 @@ class ProcessLauncher:
                     with attempt:
                         probe(client)
             except RetryError:
-                raise StartupTimeout(f"server not ready after {timeout_s:g} s", tail(handle.log_path)) from None
+                raise StartupTimeout(f"server not ready after {timeout_s:g} s",
+                                     tail(handle.log_path, _FAILURE_TAIL_LINES)) from None
 
     def logs(self, handle: Handle, lines: int = 40) -> str:
         return tail(handle.log_path, lines)

@@ -21,17 +21,15 @@ def test_defaults_launch_with_no_tuning_flags():
 def test_every_tuning_param_maps_to_its_flag():
     params = {"parallel": 8, "threads": 2, "threads_batch": 2, "batch_size": 512, "ubatch_size": 128,
               "cont_batching": False, "flash_attn": "on", "cache_type_k": "q8_0", "cache_type_v": "q8_0",
-              "ctx_size": 8192, "kv_unified": True, "cache_reuse": 256, "mlock": True, "mmap": False}
+              "ctx_size": 8192, "kv_unified": True, "cache_reuse": 256, "load_mode": "mlock"}
     args = get_engine("llamacpp").build(params, CTX).argv[10:]
     assert args == ["-np", "8", "-t", "2", "-tb", "2", "-b", "512", "-ub", "128", "-nocb", "-fa", "on",
-                    "-ctk", "q8_0", "-ctv", "q8_0", "-c", "8192", "-kvu", "--cache-reuse", "256", "--mlock",
-                    "--no-mmap"]
+                    "-ctk", "q8_0", "-ctv", "q8_0", "-c", "8192", "-kvu", "--cache-reuse", "256", "-lm", "mlock"]
 
 
 def test_booleans_pick_the_on_or_off_flag_and_may_pass_nothing():
     engine = get_engine("llamacpp")
     assert engine.tuning_args({"cont_batching": True, "kv_unified": False}) == ["-cb", "-no-kvu"]
-    assert engine.tuning_args({"mlock": False, "mmap": True}) == []
 
 
 def test_space_with_unknown_param_or_value_is_refused_with_the_valid_names():
@@ -50,11 +48,16 @@ def test_quantized_v_cache_without_flash_attention_is_infeasible():
 
 def test_failure_classes_from_the_server_log():
     engine = get_engine("llamacpp")
-    assert engine.classify_failure("src/llama-context.cpp:1: GGML_ASSERT(n_outputs_max <= x) failed") == "assert"
-    assert engine.classify_failure("error: invalid argument: --bogus") == "bad-flag"
-    assert engine.classify_failure("ggml_backend_cpu_buffer_type_alloc_buffer: failed to allocate buffer") == "oom"
-    assert engine.classify_failure("all good") is None
-    assert engine.parse_version("version: 7213 (ab12cd3)\nbuilt with cc") == "b7213-ab12cd3"
+    assert engine.classify_failure("x\nsrc/llama-context.cpp:1: GGML_ASSERT(n_outputs_max <= x) failed\n#1 gdb") == (
+        "assert", "src/llama-context.cpp:1: GGML_ASSERT(n_outputs_max <= x) failed")
+    assert engine.classify_failure("error: invalid argument: --bogus")[0] == "bad-flag"
+    assert engine.classify_failure("ggml_backend_cpu_buffer_type_alloc_buffer: failed to allocate buffer")[0] == "oom"
+    # No known class, but the first line llama.cpp marks as an error is the reason a user needs.
+    assert engine.classify_failure("0.00.001 I loading\n0.00.009 E llama_init_from_model: quantized V cache "
+                                   "requires flash_attn to be enabled\n0.00.010 E exiting") == (
+        None, "0.00.009 E llama_init_from_model: quantized V cache requires flash_attn to be enabled")
+    assert engine.classify_failure("all good") == (None, None)
+    assert engine.parse_version("version: 0.5.0-dev (build 1, commit 0c1e570)\nbuilt with GNU") == "0.5.0-dev+0c1e570"
 
 
 def test_unknown_engine_lists_the_known_ones():

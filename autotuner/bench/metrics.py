@@ -1,0 +1,186 @@
+"""Metric math: the RequestRecords of one load level -> a `LevelResult` (latency percentiles, throughput).
+
+Definitions follow vLLM's `vllm bench serve` (vllm/benchmarks/serve.py, calculate_metrics), so numbers
+can be compared with what users already know:
+
+- Only completed requests (no error) enter latencies and token totals; failed ones are counted.
+- TTFT  = first content chunk - request start.
+- E2E   = end of the stream - request start.
+- TPOT  = (E2E - TTFT) / (output_tokens - 1), for requests with more than one output token.
+- ITL   = gaps between consecutive content chunks, pooled over all completed requests. A chunk may carry
+  several tokens (and chunks that arrived in one network read share a time), so ITL and TPOT differ.
+- Throughputs divide by the level's wall duration (first request sent -> last one finished).
+- Percentiles interpolate linearly between order statistics, like numpy.percentile's default.
+
+A statistic without samples (e.g. TTFT when every request failed) is NaN, never 0: a 0 ms latency
+would look like the best configuration ever. In `to_json` NaN becomes None (JSON has no NaN).
+
+This module is pure: no I/O, no clock, no globals; the same records always give the same result.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable, Sequence
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+from autotuner.bench.client import RequestRecord
+
+MAX_ERROR_SAMPLES = 5  # distinct error messages a LevelResult keeps (with their counts)
+_NS_PER_MS = 1e6
+_STAT_NAMES = ("mean", "p50", "p90", "p99", "max")
+_LATENCIES = ("ttft_ms", "tpot_ms", "itl_ms", "e2e_ms")
+
+
+def percentile(sorted_values: Sequence[float], p: float) -> float:
+    """The p-th percentile (0..100) of ascending values, linearly interpolated; NaN when empty."""
+    n = len(sorted_values)
+    if n == 0:
+        return math.nan
+    rank = (n - 1) * p / 100.0
+    lo = math.floor(rank)
+    hi = min(lo + 1, n - 1)
+    frac = rank - lo
+    return sorted_values[lo] + (sorted_values[hi] - sorted_values[lo]) * frac
+
+
+@dataclass(frozen=True)
+class LatencyStats:
+    """Summary of one latency distribution, in milliseconds (NaN when count == 0)."""
+
+    count: int = 0
+    mean: float = math.nan
+    p50: float = math.nan
+    p90: float = math.nan
+    p99: float = math.nan
+    max: float = math.nan
+
+    @classmethod
+    def of(cls, values_ms: Iterable[float]) -> LatencyStats:
+        values = sorted(values_ms)
+        if not values:
+            return cls()
+        return cls(count=len(values), mean=math.fsum(values) / len(values), p50=percentile(values, 50),
+                   p90=percentile(values, 90), p99=percentile(values, 99), max=values[-1])
+
+
+@dataclass(frozen=True)
+class LevelResult:
+    """What one load level measured. `max_concurrency` / `request_rate` say which level it was
+    (None: unlimited / all requests at once)."""
+
+    max_concurrency: int | None
+    request_rate: float | None
+    duration_s: float
+    completed: int
+    failed: int
+    input_tokens: int
+    output_tokens: int
+    request_per_s: float
+    output_tok_per_s: float
+    total_tok_per_s: float
+    ttft_ms: LatencyStats
+    tpot_ms: LatencyStats
+    itl_ms: LatencyStats
+    e2e_ms: LatencyStats
+    # message -> count, for the first MAX_ERROR_SAMPLES distinct messages
+    error_samples: dict[str, int] = field(default_factory=dict)
+    usage_missing: int = 0  # completed requests whose token counts were not reported by the server
+
+    @property
+    def error_rate(self) -> float:
+        total = self.completed + self.failed
+        return self.failed / total if total else math.nan
+
+    @classmethod
+    def from_records(cls, records: Sequence[RequestRecord], duration_s: float, *,
+                     max_concurrency: int | None = None, request_rate: float | None = None) -> LevelResult:
+        """Compute the level's metrics from its records and wall duration (see the module docstring)."""
+        ttfts: list[float] = []
+        tpots: list[float] = []
+        itls: list[float] = []
+        e2es: list[float] = []
+        errors: dict[str, int] = {}
+        completed = failed = input_tokens = output_tokens = usage_missing = 0
+        for rec in records:
+            if rec.error is not None:
+                failed += 1
+                if rec.error in errors or len(errors) < MAX_ERROR_SAMPLES:
+                    errors[rec.error] = errors.get(rec.error, 0) + 1
+                continue
+            completed += 1
+            input_tokens += rec.prompt_tokens
+            output_tokens += rec.output_tokens
+            usage_missing += not rec.usage_reported
+            e2e_ms = (rec.end_ns - rec.start_ns) / _NS_PER_MS
+            e2es.append(e2e_ms)
+            if rec.first_token_ns is not None:
+                ttft_ms = (rec.first_token_ns - rec.start_ns) / _NS_PER_MS
+                ttfts.append(ttft_ms)
+                if rec.output_tokens > 1:
+                    tpots.append((e2e_ms - ttft_ms) / (rec.output_tokens - 1))
+            times = rec.chunk_times_ns
+            itls.extend((b - a) / _NS_PER_MS for a, b in zip(times, times[1:]))
+        rate = (lambda x: x / duration_s) if duration_s > 0 else (lambda x: math.nan)
+        return cls(
+            max_concurrency=max_concurrency,
+            request_rate=request_rate,
+            duration_s=duration_s,
+            completed=completed,
+            failed=failed,
+            input_tokens=input_tokens,
+            output_tokens=output_tokens,
+            request_per_s=rate(completed),
+            output_tok_per_s=rate(output_tokens),
+            total_tok_per_s=rate(input_tokens + output_tokens),
+            ttft_ms=LatencyStats.of(ttfts),
+            tpot_ms=LatencyStats.of(tpots),
+            itl_ms=LatencyStats.of(itls),
+            e2e_ms=LatencyStats.of(e2es),
+            error_samples=errors,
+            usage_missing=usage_missing,
+        )
+
+    def metrics(self) -> dict[str, float]:
+        """Flat metric names with units, e.g. {"output_tok_per_s": ..., "ttft_ms_p99": ...}."""
+        out: dict[str, float] = {
+            "output_tok_per_s": self.output_tok_per_s,
+            "total_tok_per_s": self.total_tok_per_s,
+            "request_per_s": self.request_per_s,
+        }
+        for name in _LATENCIES:
+            stats: LatencyStats = getattr(self, name)
+            for stat in _STAT_NAMES:
+                out[f"{name}_{stat}"] = getattr(stats, stat)
+        out.update(
+            error_rate=self.error_rate,
+            completed=float(self.completed),
+            failed=float(self.failed),
+            duration_s=self.duration_s,
+            input_tokens=float(self.input_tokens),
+            output_tokens=float(self.output_tokens),
+        )
+        return out
+
+    def to_json(self) -> dict[str, Any]:
+        """A JSON-serialisable dict (NaN -> None); `from_json` reverses it."""
+        return _nan_to_none(asdict(self))
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> LevelResult:
+        data = dict(data)
+        for name in _LATENCIES:
+            data[name] = LatencyStats(**{k: (math.nan if v is None else v) for k, v in data[name].items()})
+        for name in ("duration_s", "request_per_s", "output_tok_per_s", "total_tok_per_s"):
+            if data[name] is None:
+                data[name] = math.nan
+        return cls(**data)
+
+
+def _nan_to_none(obj: Any) -> Any:
+    if isinstance(obj, float) and math.isnan(obj):
+        return None
+    if isinstance(obj, dict):
+        return {k: _nan_to_none(v) for k, v in obj.items()}
+    return obj

@@ -1,0 +1,311 @@
+"""Runs one load level: send a workload's requests at a concurrency limit and/or request rate, measure.
+
+`run_level` (async) sends `warmup_requests` unmeasured requests, then all `workload.num_prompts`
+requests, and returns the level's `LevelResult` with the raw `RequestRecord`s:
+
+- max_concurrency=N: at most N requests in flight (N coroutines, each sending its next request as soon
+  as the previous one ends: a closed loop, like `vllm bench serve --max-concurrency`).
+- request_rate=R: requests arrive as a Poisson process of R requests/s (exponential gaps drawn from
+  `seed`; the first request goes at once); inf or None sends them all at once. With both, arrivals
+  wait for a free slot, as in vLLM.
+- workers=K (`run_level_sync`, or `run_level` which hands off to it): K processes, each with its own
+  event loop, share the requests round-robin, the concurrency (N split as evenly as possible) and the
+  rate (R/K each: K independent Poisson processes of rate R/K add up to one of rate R). They start
+  the measured phase together after their warm-ups; perf_counter_ns is CLOCK_MONOTONIC, one clock for
+  every process on Linux, so their records merge as they are.
+
+One HTTP/1.1 `httpx.AsyncClient` (client.make_client) per process: no proxies from the environment,
+as many connections as requests may be in flight. `format_level` prints a result the way `vllm bench
+serve` does.
+
+This module must never decide what a result means (objective.py), stop a sweep (sweep.py) or print.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import math
+import multiprocessing
+import queue
+import random
+from dataclasses import dataclass, replace
+from time import perf_counter_ns
+from typing import Any
+
+import httpx
+
+from autotuner.bench.client import RequestRecord, make_client, stream_request
+from autotuner.bench.metrics import LatencyStats, LevelResult
+from autotuner.bench.workload import Workload, build_payloads
+
+WARMUP_SEED_OFFSET = 1_000_003  # warm-up prompts differ from measured ones (no prefix-cache head start)
+WORKER_START_TIMEOUT_S = 120.0  # spawning, importing and warming up one worker process
+
+
+@dataclass(frozen=True)
+class _Plan:
+    """Everything one process needs to run its share of a level (picklable, for worker processes)."""
+
+    url: str
+    endpoint: str
+    bodies: tuple[bytes, ...]
+    warmup_bodies: tuple[bytes, ...]
+    max_concurrency: int | None
+    request_rate: float | None
+    seed: int
+    timeout_s: float
+
+
+def _plan(base_url: str, model: str, workload: Workload, *, max_concurrency: int | None,
+          request_rate: float | None, warmup_requests: int, seed: int, timeout_s: float) -> _Plan:
+    if max_concurrency is not None and max_concurrency < 1:
+        raise ValueError(f"max_concurrency must be >= 1 or None, got {max_concurrency}")
+    if request_rate is not None and not request_rate > 0:
+        raise ValueError(f"request_rate must be > 0 (inf: all at once) or None, got {request_rate}")
+    if warmup_requests < 0:
+        raise ValueError(f"warmup_requests must be >= 0, got {warmup_requests}")
+    # Encode once, here: JSON encoding is not part of what a request costs the server.
+    bodies = tuple(json.dumps(p).encode() for p in build_payloads(workload, model))
+    warmup: tuple[bytes, ...] = ()
+    if warmup_requests:
+        warm = replace(workload, num_prompts=warmup_requests, seed=workload.seed + WARMUP_SEED_OFFSET)
+        warmup = tuple(json.dumps(p).encode() for p in build_payloads(warm, model))
+    return _Plan(url=base_url.rstrip("/") + workload.path, endpoint=workload.endpoint, bodies=bodies,
+                 warmup_bodies=warmup, max_concurrency=max_concurrency, request_rate=request_rate, seed=seed,
+                 timeout_s=timeout_s)
+
+
+def _connections_needed(plan: _Plan) -> int:
+    n = max(len(plan.bodies), len(plan.warmup_bodies), 1)
+    return min(plan.max_concurrency, n) if plan.max_concurrency else n
+
+
+async def _send_all(client: httpx.AsyncClient, plan: _Plan, bodies: tuple[bytes, ...],
+                    max_concurrency: int | None, request_rate: float | None, seed: int) -> list[RequestRecord]:
+    """Send `bodies` under the given limits; records in the order of `bodies`."""
+    records: list[RequestRecord | None] = [None] * len(bodies)
+    url, endpoint, timeout_s = plan.url, plan.endpoint, plan.timeout_s
+
+    async def send(i: int) -> None:
+        records[i] = await stream_request(client, url, bodies[i], endpoint=endpoint, timeout_s=timeout_s)  # type: ignore[arg-type]
+
+    if request_rate is None or math.isinf(request_rate):
+        if max_concurrency is None or max_concurrency >= len(bodies):
+            await asyncio.gather(*(send(i) for i in range(len(bodies))))
+        else:
+            # Closed loop: each of max_concurrency coroutines takes the next request when it is free.
+            next_index = iter(range(len(bodies)))
+
+            async def loop() -> None:
+                for i in next_index:
+                    await send(i)
+
+            await asyncio.gather(*(loop() for _ in range(max_concurrency)))
+    else:
+        rng = random.Random(seed)
+        slots = asyncio.Semaphore(max_concurrency) if max_concurrency else None
+
+        async def arrive(i: int) -> None:
+            if slots is None:
+                return await send(i)
+            async with slots:
+                await send(i)
+
+        tasks = []
+        loop_ = asyncio.get_running_loop()
+        due_s = loop_.time()
+        for i in range(len(bodies)):
+            if i:
+                # Absolute schedule: sleeping late once does not shift every later arrival.
+                due_s += rng.expovariate(request_rate)
+                delay_s = due_s - loop_.time()
+                if delay_s > 0:
+                    await asyncio.sleep(delay_s)
+            tasks.append(asyncio.ensure_future(arrive(i)))
+        await asyncio.gather(*tasks)
+    return records  # type: ignore[return-value]
+
+
+async def _run_plan(plan: _Plan, client: httpx.AsyncClient | None,
+                    ready: Any = None) -> tuple[list[RequestRecord], int, int]:
+    """Warm up, (wait for the other workers), then the measured phase: (records, start_ns, end_ns)."""
+    own_client = client is None
+    if client is None:
+        client = make_client(_connections_needed(plan), plan.timeout_s)
+    try:
+        if plan.warmup_bodies:
+            await _send_all(client, plan, plan.warmup_bodies, plan.max_concurrency, None, plan.seed)
+        if ready is not None:
+            ready()  # blocks until every worker is warm: nothing else runs on this loop meanwhile
+        start_ns = perf_counter_ns()
+        records = await _send_all(client, plan, plan.bodies, plan.max_concurrency, plan.request_rate, plan.seed)
+        end_ns = perf_counter_ns()
+    finally:
+        if own_client:
+            await client.aclose()
+    return records, start_ns, end_ns
+
+
+async def run_level(
+    base_url: str,
+    model: str,
+    workload: Workload,
+    *,
+    max_concurrency: int | None = None,
+    request_rate: float | None = None,
+    warmup_requests: int = 0,
+    seed: int = 0,
+    timeout_s: float = 300.0,
+    client: httpx.AsyncClient | None = None,
+    workers: int = 1,
+) -> tuple[LevelResult, list[RequestRecord]]:
+    """Run one load level against `base_url` (e.g. "http://127.0.0.1:8080") and measure it.
+
+    `client`: reuse an AsyncClient (it must allow max_concurrency connections); by default one is made
+    and closed here. `workers` > 1 runs `run_level_sync` in a thread (and so ignores `client`).
+    Request failures are in the result (failed, error_samples), never raised.
+    """
+    if workers > 1:
+        return await asyncio.to_thread(
+            run_level_sync, base_url, model, workload, max_concurrency=max_concurrency, request_rate=request_rate,
+            warmup_requests=warmup_requests, seed=seed, timeout_s=timeout_s, workers=workers)
+    plan = _plan(base_url, model, workload, max_concurrency=max_concurrency, request_rate=request_rate,
+                 warmup_requests=warmup_requests, seed=seed, timeout_s=timeout_s)
+    records, start_ns, end_ns = await _run_plan(plan, client)
+    result = LevelResult.from_records(records, (end_ns - start_ns) / 1e9, max_concurrency=max_concurrency,
+                                      request_rate=request_rate)
+    return result, records
+
+
+def _split(total: int | None, parts: int) -> list[int | None]:
+    if total is None:
+        return [None] * parts
+    return [total // parts + (1 if k < total % parts else 0) for k in range(parts)]
+
+
+def _worker_main(plan: _Plan, barrier: Any, results: Any, index: int) -> None:
+    """Entry point of a worker process: run its plan, put (index, records, start_ns, end_ns)."""
+    try:
+        out = asyncio.run(_run_plan(plan, None, ready=lambda: barrier.wait(WORKER_START_TIMEOUT_S)))
+        results.put((index, [r.to_json() for r in out[0]], out[1], out[2], None))
+    except BaseException as exc:  # reported to the parent, which raises
+        barrier.abort()
+        results.put((index, None, 0, 0, f"{type(exc).__name__}: {exc}"))
+
+
+def run_level_sync(
+    base_url: str,
+    model: str,
+    workload: Workload,
+    *,
+    max_concurrency: int | None = None,
+    request_rate: float | None = None,
+    warmup_requests: int = 0,
+    seed: int = 0,
+    timeout_s: float = 300.0,
+    workers: int = 1,
+) -> tuple[LevelResult, list[RequestRecord]]:
+    """`run_level` from synchronous code, optionally over `workers` processes (see the module docstring).
+
+    Raises RuntimeError if a worker process dies (a load generator bug, not a server failure).
+    """
+    if workers < 1:
+        raise ValueError(f"workers must be >= 1, got {workers}")
+    workers = min(workers, workload.num_prompts, max_concurrency or workload.num_prompts)
+    if workers == 1:
+        return asyncio.run(run_level(base_url, model, workload, max_concurrency=max_concurrency,
+                                     request_rate=request_rate, warmup_requests=warmup_requests, seed=seed,
+                                     timeout_s=timeout_s))
+    plan = _plan(base_url, model, workload, max_concurrency=max_concurrency, request_rate=request_rate,
+                 warmup_requests=warmup_requests, seed=seed, timeout_s=timeout_s)
+    concurrencies = _split(max_concurrency, workers)
+    rate = None if request_rate is None or math.isinf(request_rate) else request_rate / workers
+    plans = [
+        replace(plan, bodies=plan.bodies[k::workers], warmup_bodies=plan.warmup_bodies[k::workers],
+                max_concurrency=concurrencies[k], request_rate=rate if rate else request_rate, seed=seed + k)
+        for k in range(workers)
+    ]
+    # spawn, not fork: the caller may have threads (a fake server, MLflow) that fork would copy broken.
+    ctx = multiprocessing.get_context("spawn")
+    barrier = ctx.Barrier(workers)
+    results = ctx.Queue()
+    procs = [ctx.Process(target=_worker_main, args=(plans[k], barrier, results, k), daemon=True,
+                         name=f"autotuner-loadgen-{k}") for k in range(workers)]
+    for p in procs:
+        p.start()
+    outputs: dict[int, tuple[list[dict[str, Any]], int, int]] = {}
+    failures: list[str] = []
+    try:
+        while len(outputs) + len(failures) < workers:
+            try:
+                index, recs, start_ns, end_ns, failure = results.get(timeout=1.0)
+            except queue.Empty:
+                # A worker that died without reporting (killed, out of memory) must not hang the level.
+                if any(p.exitcode not in (None, 0) for p in procs):
+                    failures.append("a worker process died: exit codes " + str([p.exitcode for p in procs]))
+                    break
+                continue
+            if failure is not None:
+                failures.append(f"worker {index}: {failure}")
+            else:
+                outputs[index] = (recs, start_ns, end_ns)
+    finally:
+        for p in procs:
+            p.join(5)
+            if p.is_alive():
+                p.terminate()
+    if failures:
+        raise RuntimeError("load generator worker failed: " + "; ".join(failures))
+    records: list[RequestRecord] = [None] * len(plan.bodies)  # type: ignore[list-item]
+    for k, (recs, _, _) in outputs.items():
+        records[k::workers] = [RequestRecord.from_json(r) for r in recs]
+    start_ns = min(o[1] for o in outputs.values())
+    end_ns = max(o[2] for o in outputs.values())
+    result = LevelResult.from_records(records, (end_ns - start_ns) / 1e9, max_concurrency=max_concurrency,
+                                      request_rate=request_rate)
+    return result, records
+
+
+def _fmt(value: float, spec: str = ".2f") -> str:
+    return "n/a" if value is None or (isinstance(value, float) and math.isnan(value)) else format(value, spec)
+
+
+def format_level(result: LevelResult) -> str:
+    """A human-readable block, laid out like `vllm bench serve`'s result."""
+    width = 50
+    lines = [" Serving Benchmark Result ".center(width, "=")]
+
+    def row(label: str, value: str) -> None:
+        lines.append(f"{label:<40} {value:<10}")
+
+    row("Maximum request concurrency:", "unlimited" if result.max_concurrency is None else str(result.max_concurrency))
+    row("Traffic request rate (req/s):", "inf" if result.request_rate is None else _fmt(result.request_rate))
+    row("Successful requests:", str(result.completed))
+    row("Failed requests:", str(result.failed))
+    row("Benchmark duration (s):", _fmt(result.duration_s))
+    row("Total input tokens:", str(result.input_tokens))
+    row("Total generated tokens:", str(result.output_tokens))
+    row("Request throughput (req/s):", _fmt(result.request_per_s))
+    row("Output token throughput (tok/s):", _fmt(result.output_tok_per_s))
+    row("Total token throughput (tok/s):", _fmt(result.total_tok_per_s))
+    sections = (("Time to First Token", "TTFT", result.ttft_ms),
+                ("Time per Output Token (excl. 1st token)", "TPOT", result.tpot_ms),
+                ("Inter-token Latency", "ITL", result.itl_ms),
+                ("End-to-end Latency", "E2EL", result.e2e_ms))
+    for title, short, stats in sections:
+        lines.append(title.center(width, "-"))
+        s: LatencyStats = stats
+        row(f"Mean {short} (ms):", _fmt(s.mean))
+        row(f"Median {short} (ms):", _fmt(s.p50))
+        row(f"P90 {short} (ms):", _fmt(s.p90))
+        row(f"P99 {short} (ms):", _fmt(s.p99))
+        row(f"Max {short} (ms):", _fmt(s.max))
+    if result.usage_missing:
+        lines.append(f"note: {result.usage_missing} requests without usage; their token counts are chunk counts")
+    if result.error_samples:
+        lines.append(" Errors ".center(width, "-"))
+        for message, count in result.error_samples.items():
+            lines.append(f"{count:>6} x {message}")
+    lines.append("=" * width)
+    return "\n".join(lines)

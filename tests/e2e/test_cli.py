@@ -1,0 +1,78 @@
+"""The CLI as a user runs it: bad input exits 2 with one line naming file and field, writing nothing;
+a real quickstart-sized study prints the best trials and a ready-to-run command."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+def autotuner(*args: str, cwd: Path, timeout: float = 300) -> subprocess.CompletedProcess:
+    env = {**os.environ, "PYTHONPATH": str(REPO), "NO_COLOR": "1", "COLUMNS": "200"}
+    return subprocess.run([sys.executable, "-m", "autotuner.cli", *args], cwd=cwd, env=env, capture_output=True,
+                          text=True, timeout=timeout)
+
+
+def test_help_lists_the_commands(tmp_path):
+    out = autotuner("--help", cwd=tmp_path)
+    assert out.returncode == 0
+    for command in ("run", "bench", "make-model"):
+        assert command in out.stdout
+
+
+@pytest.mark.parametrize("experiment, expected", [
+    ("name: x\nengine: llamacpp\nmodel: {path: m.gguf}\nsearch_space: s.yaml\nwokload: {}\n",
+     "exp.yaml: field 'wokload': unknown field"),
+    ("name: x\nengine: llamacpp\nmodel: {path: m.gguf}\nsearch_space: s.yaml\nworkload: {output_len: many}\n",
+     "exp.yaml: field 'workload.output_len': Input should be a valid integer, unable to parse string as an integer (got 'many')"),
+    ("name: x\nengine: tgi\nmodel: {path: m.gguf}\nsearch_space: s.yaml\n",
+     "s.yaml: field 'engine': search space is for 'llamacpp' but"),
+    ("name: x\nengine: llamacpp\nmodel: {path: missing.gguf}\nsearch_space: s.yaml\n",
+     "exp.yaml: field 'model.path': not found:"),
+])
+def test_bad_experiment_exits_2_with_one_line_and_writes_nothing(tmp_path, experiment, expected):
+    (tmp_path / "s.yaml").write_text("engine: llamacpp\nparams:\n  parallel: {type: int, low: 1, high: 4}\n")
+    (tmp_path / "m.gguf").write_bytes(b"")
+    (tmp_path / "exp.yaml").write_text(experiment)
+    before = set(tmp_path.iterdir())
+    out = autotuner("run", "--experiment", "exp.yaml", "--trials", "1", cwd=tmp_path)
+    assert out.returncode == 2, out.stderr
+    lines = out.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("error: ")
+    assert expected in lines[0]
+    assert set(tmp_path.iterdir()) == before  # no study database, no mlruns/, no results/
+
+
+def test_unknown_engine_param_names_the_valid_ones(tmp_path):
+    (tmp_path / "s.yaml").write_text("engine: llamacpp\nparams:\n  n_gpu_layers: {type: int, low: 1, high: 4}\n")
+    (tmp_path / "m.gguf").write_bytes(b"")
+    (tmp_path / "exp.yaml").write_text("name: x\nengine: llamacpp\nmodel: {path: m.gguf}\nsearch_space: s.yaml\n")
+    out = autotuner("run", "--experiment", "exp.yaml", cwd=tmp_path)
+    assert out.returncode == 2
+    assert "s.yaml: field 'params': 'n_gpu_layers' is not a llamacpp param (known: batch_size," in out.stderr
+
+
+@pytest.mark.engine
+def test_quickstart_sized_study_through_the_cli(tmp_path, tiny_model, llama_server):
+    (tmp_path / "s.yaml").write_text((REPO / "search_spaces" / "llamacpp.yaml").read_text())
+    (tmp_path / "exp.yaml").write_text(
+        (REPO / "experiments" / "quickstart.yaml").read_text()
+        .replace("../models/quickstart.gguf", str(tiny_model)).replace("../search_spaces/llamacpp.yaml", "s.yaml")
+        .replace("num_prompts: 48", "num_prompts: 16").replace("input_len: 64", "input_len: 16")
+        .replace("output_len: 64", "output_len: 16").replace("max_concurrency: [16]", "max_concurrency: [8]"))
+    out = autotuner("run", "--experiment", "exp.yaml", "--trials", "3", cwd=tmp_path)
+    assert out.returncode == 0, out.stderr[-3000:]
+    assert "[trial 1/3 · #0] baseline: engine defaults" in out.stderr
+    assert "measuring concurrency 8 (16 requests)" in out.stderr
+    assert "[trial 3/3 · #2]" in out.stderr
+    assert "Best trials of study 'quickstart'" in out.stdout
+    assert "over the engine defaults" in out.stdout
+    assert f"--model {tiny_model} --host 127.0.0.1 --port 8080 --alias tiny-llama --metrics" in out.stdout
+    assert (tmp_path / "results" / "quickstart" / "best.json").is_file()
+    assert (tmp_path / "autotuner.db").is_file() and (tmp_path / "mlruns" / "mlflow.db").is_file()

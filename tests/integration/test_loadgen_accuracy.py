@@ -1,0 +1,283 @@
+"""The load generator against a real (fake) OpenAI server whose token send times are known exactly.
+
+The fake server runs in a thread of this process and records when it wrote every token
+(perf_counter_ns, the clock the client uses), so the truth for each measured time is at hand.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import random
+import socket
+import statistics
+import time
+from typing import Any
+
+import httpx
+import pytest
+
+from autotuner.bench.client import RequestRecord, _ChunkedDecoder, make_client, stream_request
+from autotuner.bench.runner import format_level, run_level, run_level_sync
+from autotuner.bench.workload import Workload, build_payloads
+from tests.fake_openai_server import FakeOpenAIServer, FakeServerConfig, ServedRequest
+
+MS = 1_000_000  # ns
+TOLERANCE_NS = 1 * MS
+
+
+def run(coro: Any) -> Any:
+    return asyncio.run(coro)
+
+
+def served_by_prompt(server: FakeOpenAIServer) -> dict[str, ServedRequest]:
+    out = {}
+    for s in server.requests:
+        prompt = s.body["messages"][0]["content"] if "messages" in s.body else s.body["prompt"]
+        out[prompt] = s
+    return out
+
+
+def prompts_of(workload: Workload) -> list[str]:
+    return [p["messages"][0]["content"] if "messages" in p else p["prompt"] for p in build_payloads(workload, "m")]
+
+
+@pytest.mark.parametrize("endpoint", ["completions", "chat"])
+def test_ttft_itl_and_token_counts_match_the_server_truth(endpoint: str) -> None:
+    config = FakeServerConfig(ttft_s=0.030, itl_s=0.008)
+    workload = Workload(endpoint=endpoint, num_prompts=8, input_len=24, output_len=6)  # type: ignore[arg-type]
+    with FakeOpenAIServer(config) as server:
+        result, records = run(run_level(server.base_url, "m", workload, max_concurrency=4))
+        truth = served_by_prompt(server)
+    assert result.completed == 8 and result.failed == 0
+    for prompt, record in zip(prompts_of(workload), records):
+        served = truth[prompt]
+        assert record.usage_reported
+        assert record.output_tokens == 6 and record.prompt_tokens == 24
+        # Exactly one time per token: the chat role chunk and the empty finish chunk do not count.
+        assert len(record.chunk_times_ns) == len(served.token_sent_ns) == 6
+        for seen, sent in zip(record.chunk_times_ns, served.token_sent_ns):
+            assert 0 <= seen - sent < TOLERANCE_NS
+        # TTFT as measured vs. as it truly was for this client (server's first write - client's start).
+        assert record.first_token_ns is not None
+        assert abs((record.first_token_ns - record.start_ns) - (served.token_sent_ns[0] - record.start_ns)) < TOLERANCE_NS
+        client_gaps = [b - a for a, b in zip(record.chunk_times_ns, record.chunk_times_ns[1:])]
+        server_gaps = [b - a for a, b in zip(served.token_sent_ns, served.token_sent_ns[1:])]
+        for seen, sent in zip(client_gaps, server_gaps):
+            assert abs(seen - sent) < TOLERANCE_NS
+        # And the server kept its schedule, so the level's statistics mean what the config says.
+        assert abs((served.token_sent_ns[0] - served.received_ns) - 30 * MS) < TOLERANCE_NS
+    assert result.itl_ms.p50 == pytest.approx(8, abs=1)
+    assert result.tpot_ms.mean == pytest.approx(8, abs=1)
+    assert 30 <= result.ttft_ms.p50 < 35
+    assert result.output_tokens == 48 and result.input_tokens == 8 * 24
+
+
+@pytest.mark.parametrize("endpoint", ["completions", "chat"])
+@pytest.mark.parametrize("text", ["a\u2028b", "\u2029\u0085x\n\r\"", "“é中"])
+def test_unicode_line_separators_in_content_do_not_break_parsing(endpoint: str, text: str) -> None:
+    workload = Workload(endpoint=endpoint, num_prompts=4, input_len=8, output_len=20)  # type: ignore[arg-type]
+    with FakeOpenAIServer(FakeServerConfig(token_text=text)) as server:
+        result, records = run(run_level(server.base_url, "m", workload, max_concurrency=2))
+    assert result.failed == 0, result.error_samples
+    assert [len(r.chunk_times_ns) for r in records] == [20] * 4
+    assert result.output_tokens == 80
+
+
+@pytest.mark.parametrize("endpoint", ["completions", "chat"])
+def test_crlf_framing_and_spaced_json_are_understood(endpoint: str) -> None:
+    workload = Workload(endpoint=endpoint, num_prompts=3, input_len=8, output_len=7)  # type: ignore[arg-type]
+    with FakeOpenAIServer(FakeServerConfig(crlf=True, json_spaces=True, itl_s=0.001)) as server:
+        result, records = run(run_level(server.base_url, "m", workload))
+    assert result.failed == 0, result.error_samples
+    assert [(len(r.chunk_times_ns), r.output_tokens, r.usage_reported) for r in records] == [(7, 7, True)] * 3
+
+
+def test_without_usage_tokens_are_counted_from_chunks_and_marked() -> None:
+    workload = Workload(endpoint="chat", num_prompts=2, input_len=8, output_len=5)
+    with FakeOpenAIServer(FakeServerConfig(send_usage=False)) as server:
+        result, records = run(run_level(server.base_url, "m", workload))
+    assert result.failed == 0
+    assert [(r.output_tokens, r.usage_reported, r.prompt_tokens) for r in records] == [(5, False, 0)] * 2
+    assert result.usage_missing == 2
+    assert "without usage" in format_level(result)
+
+
+def test_http_error_status_is_recorded_with_the_body() -> None:
+    workload = Workload(num_prompts=5, input_len=8, output_len=4)
+    with FakeOpenAIServer(FakeServerConfig(status=503)) as server:
+        result, records = run(run_level(server.base_url, "m", workload, max_concurrency=2))
+    assert result.completed == 0 and result.failed == 5
+    assert all(r.error is not None and r.error.startswith("HTTP 503") and "fake failure 503" in r.error
+               for r in records)
+    assert list(result.error_samples.values()) == [5]
+    assert result.error_rate == 1.0
+
+
+def test_error_event_mid_stream_is_a_failure_and_the_next_requests_still_work() -> None:
+    workload = Workload(num_prompts=4, input_len=8, output_len=10)
+    with FakeOpenAIServer(FakeServerConfig(error_after_tokens=3)) as server:
+        result, records = run(run_level(server.base_url, "m", workload, max_concurrency=1))
+    assert result.failed == 4
+    for r in records:
+        assert r.error is not None and "fake mid-stream failure" in r.error, r.error
+        assert len(r.chunk_times_ns) == 3
+
+
+def test_llama_server_style_error_event_is_a_failure() -> None:
+    body = (b'data: {"choices":[{"text":"a"}]}\n\n'
+            b'error: {"code":500,"message":"slot unavailable","type":"server_error"}\n\n')
+    record = run(_mock_stream([body]))
+    assert record.error is not None and "slot unavailable" in record.error
+    assert len(record.chunk_times_ns) == 1
+
+
+def test_connection_dropped_mid_body_is_a_failure() -> None:
+    workload = Workload(num_prompts=2, input_len=8, output_len=10)
+    with FakeOpenAIServer(FakeServerConfig(drop_after_tokens=2)) as server:
+        result, records = run(run_level(server.base_url, "m", workload, max_concurrency=1))
+    assert result.failed == 2
+    assert all(r.error is not None and "closed" in r.error for r in records), [r.error for r in records]
+
+
+def test_connection_refused_is_a_failure_not_an_exception() -> None:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]  # free once closed: nobody listens there
+    result, records = run(run_level(f"http://127.0.0.1:{port}", "m", Workload(num_prompts=3), max_concurrency=3))
+    assert result.failed == 3
+    assert all(r.error is not None and r.error.startswith("ConnectError") for r in records)
+
+
+def test_per_request_timeout() -> None:
+    workload = Workload(num_prompts=2, input_len=8, output_len=4)
+    with FakeOpenAIServer(FakeServerConfig(ttft_s=5.0)) as server:
+        t0 = time.perf_counter()
+        result, records = run(run_level(server.base_url, "m", workload, timeout_s=0.2))
+        elapsed_s = time.perf_counter() - t0
+    assert elapsed_s < 2.0
+    assert result.failed == 2
+    assert all(r.error == "timeout after 0.2 s" for r in records)
+
+
+def test_concurrency_limit_is_respected_and_reached() -> None:
+    workload = Workload(num_prompts=30, input_len=8, output_len=4)
+    with FakeOpenAIServer(FakeServerConfig(ttft_s=0.010, itl_s=0.002)) as server:
+        result, _ = run(run_level(server.base_url, "m", workload, max_concurrency=6, warmup_requests=3))
+        assert server.max_in_flight == 6
+        assert server.served == 33
+        assert server.connections == 6  # kept alive and reused, never more than the limit
+    assert result.completed == 30
+
+
+def test_unlimited_sends_everything_at_once() -> None:
+    workload = Workload(num_prompts=20, input_len=8, output_len=2)
+    with FakeOpenAIServer(FakeServerConfig(ttft_s=0.050)) as server:
+        result, _ = run(run_level(server.base_url, "m", workload))
+        assert server.max_in_flight == 20
+    assert result.completed == 20
+
+
+def test_poisson_arrivals_at_the_requested_rate() -> None:
+    rate = 200.0
+    workload = Workload(num_prompts=200, input_len=8, output_len=2)
+    with FakeOpenAIServer() as server:
+        result, records = run(run_level(server.base_url, "m", workload, request_rate=rate, seed=3))
+    assert result.completed == 200
+    starts = sorted(r.start_ns for r in records)
+    gaps_s = [(b - a) / 1e9 for a, b in zip(starts, starts[1:])]
+    mean_gap_s = statistics.fmean(gaps_s)
+    assert mean_gap_s == pytest.approx(1 / rate, rel=0.2)
+    # Exponential gaps: standard deviation close to the mean (a fixed pace would give ~0).
+    assert 0.7 < statistics.stdev(gaps_s) / mean_gap_s < 1.3
+    assert result.request_per_s == pytest.approx(rate, rel=0.2)
+
+
+def test_plain_httpx_transport_gives_the_same_measurements() -> None:
+    config = FakeServerConfig(ttft_s=0.020, itl_s=0.005)
+    workload = Workload(endpoint="chat", num_prompts=4, input_len=8, output_len=5)
+
+    async def go() -> tuple[Any, list[RequestRecord]]:
+        async with make_client(2, fast=False) as client:
+            return await run_level(server.base_url, "m", workload, max_concurrency=2, client=client)
+
+    with FakeOpenAIServer(config) as server:
+        result, records = run(go())
+        truth = served_by_prompt(server)
+    assert result.failed == 0
+    for prompt, record in zip(prompts_of(workload), records):
+        sent = truth[prompt].token_sent_ns
+        assert len(record.chunk_times_ns) == 5 == record.output_tokens
+        assert all(0 <= seen - s < TOLERANCE_NS for seen, s in zip(record.chunk_times_ns, sent))
+
+
+def test_two_worker_processes_share_the_level() -> None:
+    workload = Workload(num_prompts=40, input_len=8, output_len=16)
+    with FakeOpenAIServer(FakeServerConfig(ttft_s=0.005, itl_s=0.001)) as server:
+        result, records = run_level_sync(server.base_url, "m", workload, max_concurrency=4, workers=2,
+                                         warmup_requests=2)
+        assert server.max_in_flight <= 4
+        assert server.served == 42
+    assert result.completed == 40 and result.output_tokens == 40 * 16
+    assert all(r.output_tokens == 16 for r in records)
+    # Records of both processes share one clock: all inside the level's wall duration.
+    span_ns = max(r.end_ns for r in records) - min(r.start_ns for r in records)
+    assert span_ns / 1e9 <= result.duration_s
+    assert result.ttft_ms.p50 == pytest.approx(5, abs=2)
+
+
+# ---- framing details, with an in-memory transport -------------------------------------------------
+
+
+class _PieceStream(httpx.AsyncByteStream):
+    def __init__(self, pieces: list[bytes]) -> None:
+        self.pieces = pieces
+
+    async def __aiter__(self) -> Any:
+        for piece in self.pieces:
+            yield piece
+
+
+async def _mock_stream(pieces: list[bytes], endpoint: str = "completions") -> RequestRecord:
+    transport = httpx.MockTransport(lambda request: httpx.Response(200, stream=_PieceStream(pieces)))
+    async with httpx.AsyncClient(transport=transport) as client:
+        return await stream_request(client, "http://test/v1/completions", {"stream": True}, endpoint=endpoint)  # type: ignore[arg-type]
+
+
+def _sse_body(endpoint: str, n: int) -> bytes:
+    events = []
+    if endpoint == "chat":
+        events.append({"choices": [{"delta": {"role": "assistant", "content": ""}}]})
+        events += [{"choices": [{"delta": {"content": f"t\u2028{i}"}}]} for i in range(n)]
+        events.append({"choices": [{"delta": {}, "finish_reason": "length"}]})
+    else:
+        events += [{"choices": [{"text": f"t\u2028{i}"}]} for i in range(n)]
+        events.append({"choices": [{"text": "", "finish_reason": "length"}]})
+    events.append({"choices": [], "usage": {"prompt_tokens": 3, "completion_tokens": n, "total_tokens": 3 + n}})
+    out = b"".join(b"data: " + json.dumps(e, ensure_ascii=False).encode() + b"\n\n" for e in events)
+    return out + b"data: [DONE]\n\n"
+
+
+@pytest.mark.parametrize("endpoint", ["completions", "chat"])
+def test_events_split_across_reads_at_every_byte_boundary(endpoint: str) -> None:
+    body = _sse_body(endpoint, 3)
+    for cut in range(1, len(body)):
+        record = run(_mock_stream([body[:cut], body[cut:]], endpoint))
+        assert record.error is None, (cut, record.error)
+        assert (len(record.chunk_times_ns), record.output_tokens, record.prompt_tokens) == (3, 3, 3), cut
+
+
+def test_chunked_decoder_handles_any_split() -> None:
+    payloads = [b"data: one\n\n", b"x" * 300, b"\r\n", b"data: [DONE]\n\n"]
+    wire = b"".join(b"%x\r\n%s\r\n" % (len(p), p) for p in payloads) + b"0\r\n\r\n"
+    rng = random.Random(0)
+    for _ in range(300):
+        cuts = sorted(rng.sample(range(1, len(wire)), rng.randint(1, 12)))
+        decoder = _ChunkedDecoder()
+        out = b""
+        for a, b in zip([0, *cuts], [*cuts, len(wire)]):
+            out += decoder.feed(wire[a:b])
+        assert out == b"".join(payloads)
+        assert decoder.done
+    with pytest.raises(Exception, match="chunk"):
+        _ChunkedDecoder().feed(b"zz\r\n")

@@ -1,0 +1,135 @@
+"""Metric math on hand-made RequestRecords: every expected number is worked out in the comments."""
+
+from __future__ import annotations
+
+import json
+import math
+import random
+
+import pytest
+
+from autotuner.bench.client import RequestRecord
+from autotuner.bench.metrics import MAX_ERROR_SAMPLES, LatencyStats, LevelResult, percentile
+
+MS = 1_000_000  # ns
+
+
+def rec(start_ms: float, chunks_ms: list[float], end_ms: float, *, out: int, prompt: int = 0,
+        error: str | None = None, usage: bool = True) -> RequestRecord:
+    chunks = [round(c * MS) for c in chunks_ms]
+    return RequestRecord(start_ns=round(start_ms * MS), first_token_ns=chunks[0] if chunks else None,
+                         chunk_times_ns=chunks, end_ns=round(end_ms * MS), prompt_tokens=prompt,
+                         output_tokens=out, usage_reported=usage, error=error)
+
+
+@pytest.fixture
+def level() -> LevelResult:
+    records = [
+        # TTFT 10, E2E 16, TPOT (16-10)/(4-1) = 2, ITL 2, 3 (4 tokens in 3 chunks)
+        rec(0, [10, 12, 15], 16, out=4, prompt=100),
+        # TTFT 20, E2E 24, TPOT (24-20)/1 = 4, ITL 4
+        rec(1, [21, 25], 25, out=2, prompt=50),
+        # failed: counted, but in no latency and no token total
+        rec(0, [3], 5, out=1, prompt=1000, error="HTTP 500: boom"),
+        # one token: TTFT 30, E2E 30, no TPOT, no ITL
+        rec(0, [30], 30, out=1, prompt=10),
+    ]
+    return LevelResult.from_records(records, 2.0, max_concurrency=4)
+
+
+def test_counts_and_throughput_exclude_failed_requests(level: LevelResult) -> None:
+    assert (level.completed, level.failed) == (3, 1)
+    assert (level.input_tokens, level.output_tokens) == (160, 7)
+    assert level.request_per_s == pytest.approx(1.5)  # 3 completed / 2 s
+    assert level.output_tok_per_s == pytest.approx(3.5)  # 7 / 2
+    assert level.total_tok_per_s == pytest.approx(83.5)  # (160 + 7) / 2
+    assert level.error_rate == pytest.approx(0.25)
+    assert level.error_samples == {"HTTP 500: boom": 1}
+
+
+def test_latency_statistics_follow_vllm_definitions(level: LevelResult) -> None:
+    # TTFT [10, 20, 30]: p90 rank 1.8 -> 20 + 0.8 * 10 = 28; p99 rank 1.98 -> 29.8
+    assert level.ttft_ms == LatencyStats(count=3, mean=pytest.approx(20), p50=pytest.approx(20),
+                                         p90=pytest.approx(28), p99=pytest.approx(29.8), max=pytest.approx(30))
+    # TPOT [2, 4]: p90 rank 0.9 -> 3.8
+    assert level.tpot_ms == LatencyStats(count=2, mean=pytest.approx(3), p50=pytest.approx(3),
+                                         p90=pytest.approx(3.8), p99=pytest.approx(3.98), max=pytest.approx(4))
+    # ITL pooled [2, 3, 4]
+    assert level.itl_ms == LatencyStats(count=3, mean=pytest.approx(3), p50=pytest.approx(3),
+                                        p90=pytest.approx(3.8), p99=pytest.approx(3.98), max=pytest.approx(4))
+    # E2E [16, 24, 30]: p90 rank 1.8 -> 24 + 0.8 * 6 = 28.8
+    assert level.e2e_ms == LatencyStats(count=3, mean=pytest.approx(70 / 3), p50=pytest.approx(24),
+                                        p90=pytest.approx(28.8), p99=pytest.approx(29.88), max=pytest.approx(30))
+
+
+def test_metrics_flatten_with_units(level: LevelResult) -> None:
+    m = level.metrics()
+    expected_latency_keys = {f"{n}_ms_{s}" for n in ("ttft", "tpot", "itl", "e2e")
+                             for s in ("mean", "p50", "p90", "p99", "max")}
+    assert expected_latency_keys <= set(m)
+    assert {"output_tok_per_s", "total_tok_per_s", "request_per_s", "error_rate", "completed", "failed"} <= set(m)
+    assert all(isinstance(v, float) for v in m.values())
+    assert m["ttft_ms_p90"] == pytest.approx(28)
+    assert m["itl_ms_mean"] == pytest.approx(3)
+    assert m["output_tok_per_s"] == pytest.approx(3.5)
+    assert m["failed"] == 1.0
+
+
+def test_json_round_trip(level: LevelResult) -> None:
+    data = json.loads(json.dumps(level.to_json(), allow_nan=False))
+    again = LevelResult.from_json(data)
+    assert again == level
+    assert again.max_concurrency == 4 and again.request_rate is None
+
+
+def test_all_failed_gives_nan_latencies_not_zero() -> None:
+    records = [rec(0, [], 5, out=0, error="ConnectError: refused") for _ in range(3)]
+    level = LevelResult.from_records(records, 1.0)
+    assert level.completed == 0 and level.failed == 3
+    assert level.error_rate == 1.0
+    assert level.output_tok_per_s == 0.0
+    m = level.metrics()
+    for name in ("ttft_ms_p99", "tpot_ms_mean", "itl_ms_p50", "e2e_ms_max"):
+        assert math.isnan(m[name]), name
+    data = level.to_json()
+    assert data["ttft_ms"]["p99"] is None
+    json.dumps(data, allow_nan=False)  # strict JSON
+    assert math.isnan(LevelResult.from_json(data).ttft_ms.p99)
+
+
+def test_no_records_at_all() -> None:
+    level = LevelResult.from_records([], 0.0)
+    assert level.completed == level.failed == 0
+    assert math.isnan(level.error_rate)
+    assert math.isnan(level.request_per_s)
+
+
+def test_error_samples_keep_first_distinct_messages_with_counts() -> None:
+    messages = [f"error {i}" for i in range(MAX_ERROR_SAMPLES + 3)]
+    records = [rec(0, [], 1, out=0, error=m) for m in messages] + [rec(0, [], 1, out=0, error="error 0")]
+    level = LevelResult.from_records(records, 1.0)
+    assert level.failed == len(records)
+    assert list(level.error_samples) == messages[:MAX_ERROR_SAMPLES]
+    assert level.error_samples["error 0"] == 2
+
+
+def test_requests_without_usage_are_counted() -> None:
+    records = [rec(0, [1, 2], 3, out=2, usage=False), rec(0, [1, 2], 3, out=2)]
+    assert LevelResult.from_records(records, 1.0).usage_missing == 1
+
+
+def test_completed_request_without_content_has_e2e_but_no_ttft() -> None:
+    level = LevelResult.from_records([rec(0, [], 7, out=0)], 1.0)
+    assert level.completed == 1
+    assert level.e2e_ms.mean == pytest.approx(7)
+    assert level.ttft_ms.count == 0 and math.isnan(level.ttft_ms.mean)
+
+
+def test_percentile_matches_numpy_linear_interpolation() -> None:
+    np = pytest.importorskip("numpy")
+    rng = random.Random(1)
+    for n in (1, 2, 3, 10, 101):
+        values = sorted(rng.uniform(0, 100) for _ in range(n))
+        for p in (0, 1, 50, 90, 99, 99.9, 100):
+            assert percentile(values, p) == pytest.approx(float(np.percentile(values, p)))
+    assert math.isnan(percentile([], 50))
