@@ -50,7 +50,8 @@ def run(
 
     from autotuner import report
 
-    console = Console(stderr=False)
+    # Piped into a log, rich would wrap the table at 80 columns; a log has room for the whole command.
+    console = Console(width=None if sys.stdout.isatty() else 200)
     try:
         study = tuner.run(trials, timeout_s=timeout)
     except KeyboardInterrupt:

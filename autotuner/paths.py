@@ -5,6 +5,7 @@ Every location is derived here, once, so scripts, tests and the CLI agree on it.
 
 from __future__ import annotations
 
+import hashlib
 import os
 import platform
 import shutil
@@ -21,11 +22,22 @@ def cache_dir() -> Path:
     return Path(base) / "autotuner"
 
 
+def cpu_key() -> str:
+    """Short hash of the CPU's feature flags: the build cache key of natively compiled engines."""
+    try:
+        with open("/proc/cpuinfo", "rb") as f:
+            line = next((ln for ln in f if ln.startswith((b"flags", b"Features"))), b"")
+    except OSError:
+        line = b""
+    return hashlib.sha256(line).hexdigest()[:8]
+
+
 def llama_server_binary() -> Path | None:
-    """The llama-server to run: $AUTOTUNER_LLAMA_SERVER, else the cached build, else one on PATH."""
+    """The llama-server to run: $AUTOTUNER_LLAMA_SERVER, else this CPU's cached build, else one on PATH."""
     if env := os.environ.get("AUTOTUNER_LLAMA_SERVER"):
         return Path(env)
-    built = cache_dir() / "llama-server" / f"{LLAMA_CPP_PYTHON_VERSION}-{platform.machine()}" / "llama-server"
+    built = (cache_dir() / "llama-server" / f"{LLAMA_CPP_PYTHON_VERSION}-{platform.machine()}-{cpu_key()}"
+             / "llama-server")
     if built.is_file():
         return built
     found = shutil.which("llama-server")

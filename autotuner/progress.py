@@ -29,7 +29,7 @@ class Progress:
         self.phase(what)
 
     def phase(self, text: str) -> None:
-        self.console.print(f"{self._prefix()} {escape(text)}")
+        self.console.print(f"{self._prefix()} {escape(text)}", soft_wrap=True)
 
     def trial_finished(self, state: str, value: float | None, reason: str | None,
                        best: tuple[int, float] | None) -> None:
@@ -37,7 +37,7 @@ class Progress:
         what = f"{value:,.1f} {self.metric}" if value is not None else escape(reason or "")
         best_text = f" · best {best[1]:,.1f} (#{best[0]})" if best else ""
         took = time.monotonic() - self._started
-        self.console.print(f"{self._prefix()} [{colour}]{state}[/] {what}{best_text} · {took:.1f} s")
+        self.console.print(f"{self._prefix()} [{colour}]{state}[/] {what}{best_text} · {took:.1f} s", soft_wrap=True)
 
     def note(self, text: str) -> None:
-        self.console.print(escape(text))
+        self.console.print(escape(text), soft_wrap=True)

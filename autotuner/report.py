@@ -95,7 +95,7 @@ def render(summary: StudySummary, engine: Engine, command: str | None, console: 
     table.add_column(m, justify="right")
     for col in ("ttft_ms_p99", "tpot_ms_p50", "e2e_ms_p99"):
         table.add_column(col, justify="right")
-    table.add_column("config")
+    table.add_column("config", overflow="fold")
     for row in summary.top:
         config = "engine defaults (baseline)" if row.baseline else " ".join(engine.tuning_args(row.params))
         table.add_row(str(row.number), f"{row.value:,.1f}",

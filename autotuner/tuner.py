@@ -120,35 +120,36 @@ class Tuner:
         timings: dict[str, float] = {}
         handle: Handle | None = None
         command = ""
+        interrupted = False
         try:
+            broken = self._infeasible(params)
+            if broken:
+                raise _Failed("infeasible", "; ".join(broken))
+            spec = self.engine.build(params, self.launch_context(free_port()))
+            command = spec.command_line()
+            progress.phase("launching")
+            t = time.perf_counter()
+            handle = self.launcher.start(spec, trial_dir / "server.log", {**self.labels, "autotuner.trial": str(trial.number)})
             try:
-                broken = self._infeasible(params)
-                if broken:
-                    raise _Failed("infeasible", "; ".join(broken))
-                spec = self.engine.build(params, self.launch_context(free_port()))
-                command = spec.command_line()
-                progress.phase("launching")
-                t = time.perf_counter()
-                handle = self.launcher.start(spec, trial_dir / "server.log", {**self.labels, "autotuner.trial": str(trial.number)})
-                try:
-                    self.launcher.wait_ready(handle, self.cfg.startup_timeout_s)
-                except LaunchError as e:
-                    cls, line = self.engine.classify_failure(e.log_tail)
-                    raise _Failed(cls or e.failure_class, f"{e}: {line}" if line else str(e), e.log_tail) from None
-                timings["ready_s"] = time.perf_counter() - t
-                result = asyncio.run(self._measure(handle, trial, run_id, progress, timings))
-            except _Failed as f:
-                result = TrialResult("FAIL", failure_class=f.failure_class, reason=f.reason, log_tail=f.log_tail)
-            except KeyboardInterrupt:
-                self._finish(trial, run_id, params, TrialResult("FAIL", failure_class="interrupted",
-                             reason="interrupted by the user"), command, trial_dir, timings, t0, progress)
-                raise
+                self.launcher.wait_ready(handle, self.cfg.startup_timeout_s)
+            except LaunchError as e:
+                cls, line = self.engine.classify_failure(e.log_tail)
+                raise _Failed(cls or e.failure_class, f"{e}: {line}" if line else str(e), e.log_tail) from None
+            timings["ready_s"] = time.perf_counter() - t
+            result = asyncio.run(self._measure(handle, trial, run_id, progress, timings))
+        except _Failed as f:
+            result = TrialResult("FAIL", failure_class=f.failure_class, reason=f.reason, log_tail=f.log_tail)
+        except KeyboardInterrupt:
+            interrupted = True
+            result = TrialResult("FAIL", failure_class="interrupted", reason="interrupted by the user")
         finally:
-            if handle is not None:
+            if handle is not None:  # first, whatever happened: an engine must never outlive its trial
                 t = time.perf_counter()
                 self.launcher.stop(handle)
                 timings["stop_s"] = time.perf_counter() - t
         self._finish(trial, run_id, params, result, command, trial_dir, timings, t0, progress)
+        if interrupted:
+            raise KeyboardInterrupt
 
     async def _measure(self, handle: Handle, trial: optuna.Trial, run_id: str, progress: Progress,
                        timings: dict[str, float]) -> TrialResult:

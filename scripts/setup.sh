@@ -12,7 +12,7 @@ say() { echo "[setup] $*" >&2; }
 # This machine's pip config names local package folders that may not exist; hide that noise only.
 pip() { "$venv/bin/python" -m pip "$@" 2> >(grep -v "is ignored: it is neither a file nor a directory" >&2); }
 
-key="$("$python" -c 'import sys; print(f"py{sys.version_info[0]}.{sys.version_info[1]}")')-$(sha256sum pyproject.toml | cut -c1-12)"
+key="$("$python" -c 'import sys; print(f"py{sys.version_info[0]}.{sys.version_info[1]}")')-$(cat pyproject.toml scripts/setup.sh | sha256sum | cut -c1-12)"
 venv="$cache/venv/$key"
 if [ ! -f "$venv/.complete" ]; then
   say "1/3 creating the Python environment (about 1-2 minutes, once): $venv"

@@ -55,6 +55,9 @@ class FakeServerConfig:
     crlf: bool = False  # separate SSE events with "\r\n\r\n" instead of "\n\n"
     json_spaces: bool = False  # json.dumps' default separators (", ", ": ") instead of compact
     record: bool = True  # keep a ServedRequest per request (turn off for long benchmarks)
+    # True: sleep out the last ~1 ms of each wait (accurate to ~0.1 ms, but blocks the loop meanwhile);
+    # False: event-loop timers only (~1 ms late, but many concurrent streams keep their pace).
+    precise_timing: bool = True
 
     @property
     def instant(self) -> bool:
@@ -103,6 +106,7 @@ class _Response:
         self.keep_alive = keep_alive
         self._sep = b"\r\n\r\n" if config.crlf else b"\n\n"
         self._separators = (", ", ": ") if config.json_spaces else (",", ":")
+        self._token_event: bytes | None = None
 
     def _event(self, obj: Any) -> bytes:
         # ensure_ascii=False: send U+2028 & co as raw UTF-8, as vLLM (pydantic) and llama-server do.
@@ -137,7 +141,9 @@ class _Response:
         return self._event({**self._base(), "choices": [self._choice(None, None, role=True)]})
 
     def token_event(self) -> bytes:
-        return self._event({**self._base(), "choices": [self._choice(self.config.token_text, None)]})
+        if self._token_event is None:  # the same bytes for every token: build once
+            self._token_event = self._event({**self._base(), "choices": [self._choice(self.config.token_text, None)]})
+        return self._token_event
 
     def error_event(self) -> bytes:
         err = {"error": {"message": "fake mid-stream failure", "type": "InternalServerError", "code": 500}}
@@ -288,7 +294,9 @@ class _HttpConnection(asyncio.Protocol):
 
     def _schedule(self) -> None:
         resp, served, received_ns, sent = self._stream
-        delay_s = (self._due_ns(resp, received_ns, sent) - time.perf_counter_ns()) / 1e9 - _EARLY_WAKE_S
+        delay_s = (self._due_ns(resp, received_ns, sent) - time.perf_counter_ns()) / 1e9
+        if resp.config.precise_timing:
+            delay_s -= _EARLY_WAKE_S
         loop = asyncio.get_running_loop()
         self.timer = loop.call_later(max(delay_s, 0.0), self._emit)
 
@@ -298,33 +306,36 @@ class _HttpConnection(asyncio.Protocol):
         if self.transport is None or self.transport.is_closing():
             return self._finish(served, closed=True)
         remaining_ns = self._due_ns(resp, received_ns, sent) - time.perf_counter_ns()
-        if remaining_ns > 0:
+        if remaining_ns > 0 and resp.config.precise_timing:
             time.sleep(remaining_ns / 1e9)  # precise to ~0.1 ms; blocks this loop for at most ~1.2 ms
         now = time.perf_counter_ns()
-        out = b""
         # Everything due by now goes in this write (one chunk per token, as real servers do).
-        while sent < resp.n_tokens and self._due_ns(resp, received_ns, sent) <= now:
-            if sent == resp.config.error_after_tokens:
-                break
-            if sent == resp.config.drop_after_tokens:
-                break
-            out += resp.token_event()
-            sent += 1
-            if served is not None:
-                served.token_sent_ns.append(now)
+        due = 0
+        limits = (resp.n_tokens, resp.config.error_after_tokens, resp.config.drop_after_tokens)
+        stop = min(n for n in limits if n is not None)
+        while sent + due < stop and self._due_ns(resp, received_ns, sent + due) <= now:
+            due += 1
+        sent += due
         self._stream = (resp, served, received_ns, sent)
+        out = resp.token_event() * due
         if sent == resp.config.error_after_tokens:
-            self.transport.write(out + resp.error_event())
-            return self._finish(served, closed=not resp.keep_alive)
-        if sent == resp.config.drop_after_tokens:
-            self.transport.write(out)
-            self.transport.close()
-            return self._finish(served, closed=True)
-        if sent >= resp.n_tokens:
-            self.transport.write(out + resp.tail(sent))
-            return self._finish(served, closed=not resp.keep_alive)
+            out, finish = out + resp.error_event(), "close" if not resp.keep_alive else "done"
+        elif sent == resp.config.drop_after_tokens:
+            finish = "drop"
+        elif sent >= resp.n_tokens:
+            out, finish = out + resp.tail(sent), "close" if not resp.keep_alive else "done"
+        else:
+            finish = ""
+        # Stamp right before the write: the bytes are in the kernel when write() returns.
+        if served is not None and due:
+            served.token_sent_ns.extend([time.perf_counter_ns()] * due)
         if out:
             self.transport.write(out)
+        if finish == "drop":
+            self.transport.close()
+            return self._finish(served, closed=True)
+        if finish:
+            return self._finish(served, closed=finish == "close")
         self._schedule()
 
     def _reply(self, data: bytes, keep_alive: bool) -> None:
@@ -493,9 +504,11 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--itl-s", type=float, default=0.0)
     parser.add_argument("--output-tokens", type=int, default=None)
     parser.add_argument("--token-text", default="tok")
+    parser.add_argument("--coarse-timing", action="store_true",
+                        help="event-loop timers only: ~1 ms late, but many streams keep their pace")
     args = parser.parse_args(argv)
     config = FakeServerConfig(ttft_s=args.ttft_s, itl_s=args.itl_s, output_tokens=args.output_tokens,
-                              token_text=args.token_text, record=False)
+                              token_text=args.token_text, record=False, precise_timing=not args.coarse_timing)
     try:
         asyncio.run(serve(config, args.host, args.port))
     except KeyboardInterrupt:

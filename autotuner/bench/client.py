@@ -32,9 +32,9 @@ from typing import Any, Literal
 
 import httpx
 
-ERROR_SNIPPET_CHARS = 300
+ERROR_SNIPPET_CHARS = 300  # how much of an error body or message a record keeps
 # Response extension under which LoadgenTransport offers reads stamped as they left the socket.
-TIMED_STREAM_EXTENSION = "autotuner.timed_stream"  # how much of an error body or message a record keeps
+TIMED_STREAM_EXTENSION = "autotuner.timed_stream"
 
 # A generated-text field holding a non-empty string. Inside a JSON string every '"' is escaped, so this
 # can only match a key, never text the model produced. "reasoning(_content)": thinking models stream
@@ -195,7 +195,7 @@ async def stream_request(
                         if (b'"usage"' not in payload and b'"error"' not in payload) or needs_parse(payload) is None:
                             # Cheapest test first: the compact form every server we know sends.
                             at = payload.find(fast_key)
-                            if at >= 0 and payload[at + fast_len] != 34:  # 34: '"', i.e. not an empty string
+                            if at >= 0 and not payload.startswith(b'"', at + fast_len):  # not "" (empty)
                                 times.append(now)
                             elif (at < 0 or endpoint == "chat") and has_content(payload) is not None:
                                 times.append(now)  # spaced JSON, or a reasoning field
@@ -233,6 +233,9 @@ async def stream_request(
     except OSError as exc:
         rec.end_ns = perf_counter_ns()
         rec.error = f"{type(exc).__name__}: {_snippet(str(exc))}"
+    except Exception as exc:  # a bug here must not end the level; it shows in the level's error samples
+        rec.end_ns = perf_counter_ns()
+        rec.error = f"unexpected {type(exc).__name__}: {_snippet(str(exc))}"
 
     if times:
         rec.first_token_ns = times[0]

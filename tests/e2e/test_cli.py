@@ -76,3 +76,62 @@ def test_quickstart_sized_study_through_the_cli(tmp_path, tiny_model, llama_serv
     assert f"--model {tiny_model} --host 127.0.0.1 --port 8080 --alias tiny-llama --metrics" in out.stdout
     assert (tmp_path / "results" / "quickstart" / "best.json").is_file()
     assert (tmp_path / "autotuner.db").is_file() and (tmp_path / "mlruns" / "mlflow.db").is_file()
+
+
+def _processes_using(path: Path) -> list[int]:
+    pids = []
+    for proc in Path("/proc").iterdir():
+        if proc.name.isdigit():
+            try:
+                if str(path).encode() in (proc / "cmdline").read_bytes():
+                    pids.append(int(proc.name))
+            except OSError:
+                continue
+    return pids
+
+
+@pytest.mark.engine
+def test_ctrl_c_stops_the_engine_records_the_trial_and_the_rerun_resumes(tmp_path, tiny_model, llama_server):
+    import signal
+    import time
+
+    model = tmp_path / "ctrl-c.gguf"  # a path of its own, to find this test's servers by their argv
+    model.write_bytes(tiny_model.read_bytes())
+    (tmp_path / "s.yaml").write_text("engine: llamacpp\nparams:\n  parallel: {type: int, low: 1, high: 4}\n")
+    (tmp_path / "exp.yaml").write_text(
+        f"name: ctrlc\nengine: llamacpp\nmodel: {{path: {model}}}\nsearch_space: s.yaml\n"
+        "workload: {num_prompts: 100000, input_len: 8, output_len: 16, warmup_requests: 0}\n"
+        "load: {max_concurrency: [2]}\n")
+    env = {**os.environ, "PYTHONPATH": str(REPO), "NO_COLOR": "1", "AUTOTUNER_CACHE": str(tmp_path / "cache"),
+           "AUTOTUNER_LLAMA_SERVER": llama_server}
+    proc = subprocess.Popen([sys.executable, "-m", "autotuner.cli", "run", "-e", "exp.yaml", "--trials", "3"],
+                            cwd=tmp_path, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        deadline = time.monotonic() + 60
+        seen = ""
+        while "measuring" not in seen and time.monotonic() < deadline and proc.poll() is None:
+            seen += proc.stderr.readline()
+        assert "measuring" in seen, seen
+        assert len(_processes_using(model)) == 1  # the engine is up
+        proc.send_signal(signal.SIGINT)
+        _, err = proc.communicate(timeout=30)
+    finally:
+        proc.kill()
+    assert proc.returncode == 130
+    assert "Run the same command to resume" in err
+    assert _processes_using(model) == []
+
+    import optuna
+
+    study = optuna.load_study(study_name="ctrlc", storage=f"sqlite:///{tmp_path}/autotuner.db")
+    [trial] = study.get_trials()
+    assert trial.state == optuna.trial.TrialState.FAIL
+    assert trial.user_attrs["failure_class"] == "interrupted"
+
+    # The rerun resumes: the interrupted baseline is run again, the study keeps both trials.
+    (tmp_path / "exp.yaml").write_text((tmp_path / "exp.yaml").read_text().replace("100000", "4"))
+    out = autotuner("run", "-e", "exp.yaml", "--trials", "1", cwd=tmp_path)
+    assert out.returncode == 0, out.stderr
+    trials = optuna.load_study(study_name="ctrlc", storage=f"sqlite:///{tmp_path}/autotuner.db").get_trials()
+    assert [t.state.name for t in trials] == ["FAIL", "COMPLETE"]
+    assert trials[1].user_attrs["baseline"] is True
