@@ -14,6 +14,7 @@ import json
 import platform
 import subprocess
 import time
+import warnings
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -29,7 +30,9 @@ from autotuner.config import Experiment
 from autotuner.engines._base import Engine, LaunchContext
 from autotuner.launchers._base import Handle, LaunchError, Launcher, free_port
 from autotuner.objective import level_value, trial_value
+from autotuner.interrupts import StopRequests
 from autotuner.progress import Progress
+from autotuner.recovery import WORKER_ATTR, Heartbeat, recover_stale_trials, this_worker
 from autotuner.space import SearchSpace
 from autotuner.study import best_trial, open_study
 from autotuner.tracking import MlflowTracker
@@ -45,6 +48,11 @@ class TrialResult:
     failure_class: str | None = None
     reason: str | None = None
     log_tail: str = ""
+    reused_from: int | None = None  # the trial whose measurement of the same config this repeats
+    level_metrics: list[dict[str, float]] = field(default_factory=list)  # when reused, not re-measured
+
+    def metrics(self) -> list[dict[str, float]]:
+        return [r.metrics() for r in self.levels] or self.level_metrics
 
 
 class _Failed(Exception):
@@ -71,36 +79,50 @@ class Tuner:
         self._progress_factory = progress or (lambda total: Progress(total, self.cfg.objective.metric))
         self.engine_version = self._engine_version()
         self.study = open_study(self.cfg, n_levels=len(self.cfg.load.levels()))
+        self._stop = StopRequests()
 
     # --- the study --------------------------------------------------------------------------------------
 
     def run(self, n_trials: int, timeout_s: float | None = None) -> optuna.Study:
-        """Run up to `n_trials` more trials (or until `timeout_s`); returns the study."""
+        """Run up to `n_trials` more trials (or until `timeout_s`); returns the study.
+
+        Raises KeyboardInterrupt after a Ctrl-C or SIGTERM, once the engine is stopped and the trial is
+        recorded; the interrupted configuration is queued again, so rerunning resumes where it stopped.
+        """
         progress = self._progress_factory(n_trials)
+        recovered = recover_stale_trials(self.study)
+        if recovered:
+            progress.note(f"trial(s) {', '.join(f'#{n}' for n in recovered)} of a killed run: failed and queued again")
         reaped = self.launcher.reap(self.labels)
         if reaped:
             progress.note(f"removed {len(reaped)} engine(s) left by an interrupted run: {', '.join(reaped)}")
         self.tracker.start_study(self.cfg.study_name, params=self._study_params(), tags=self._common_tags())
         self._enqueue_first_trials()
         deadline = time.monotonic() + timeout_s if timeout_s else None
-        try:
-            for index in range(1, n_trials + 1):
-                if deadline and time.monotonic() >= deadline:
-                    progress.note(f"time budget of {timeout_s:g} s spent after {index - 1} trial(s)")
-                    break
-                self._run_trial(index, progress)
-        except KeyboardInterrupt:
-            self.tracker.end_study("KILLED")
-            raise
+        self._stop = StopRequests(on_first=lambda name: progress.note(
+            f"{name}: finishing the measurement under way, then stopping (again to stop at once)"))
+        with self._stop:
+            try:
+                for index in range(1, n_trials + 1):
+                    if self._stop.requested:
+                        break
+                    if deadline and time.monotonic() >= deadline:
+                        progress.note(f"time budget of {timeout_s:g} s spent after {index - 1} trial(s)")
+                        break
+                    self._run_trial(index, progress)
+            except KeyboardInterrupt:
+                self.tracker.end_study("KILLED")
+                raise
         self._log_study_summary()
+        if self._stop.requested:
+            self.tracker.end_study("KILLED")
+            raise KeyboardInterrupt
         self.tracker.end_study("FINISHED")
         return self.study
 
     def _enqueue_first_trials(self) -> None:
         trials = self.study.get_trials(deepcopy=False)
-        if self.cfg.study.baseline and not any(
-            t.user_attrs.get("baseline") and t.user_attrs.get("failure_class") != "interrupted" for t in trials
-        ):
+        if self.cfg.study.baseline and not any(t.user_attrs.get("baseline") for t in trials):
             self.study.enqueue_trial({}, user_attrs={"baseline": True})
         for params in self.cfg.enqueue:
             self.study.enqueue_trial(dict(params), user_attrs={"enqueued": True}, skip_if_exists=True)
@@ -109,7 +131,10 @@ class Tuner:
 
     def _run_trial(self, index: int, progress: Progress) -> None:
         t0 = time.perf_counter()
-        trial = self.study.ask()
+        with warnings.catch_warnings():  # we run our own heartbeat thread (recovery.Heartbeat) in ask/tell
+            warnings.filterwarnings("ignore", "Heartbeat of storage is supposed to be used with Study.optimize")
+            trial = self.study.ask()
+        trial.set_user_attr(WORKER_ATTR, this_worker())
         baseline = bool(trial.user_attrs.get("baseline"))
         params = {} if baseline else self.space.suggest(trial)
         args = self.engine.tuning_args(params)
@@ -118,9 +143,27 @@ class Tuner:
         trial_dir = self.workdir / f"trial-{trial.number:04d}"
         run_id = self.tracker.start_trial(trial.number, tags={**self._common_tags(), "autotuner.baseline": str(baseline).lower()})
         timings: dict[str, float] = {}
+        command = ""
+        stop_now = False
+        with Heartbeat(self.study, trial):
+            try:
+                result = self._measured_before(trial, params)
+                if result is None:
+                    command, result = self._launch_and_measure(trial, params, run_id, trial_dir, progress, timings)
+            except KeyboardInterrupt:  # a second Ctrl-C: the engine is already stopped
+                stop_now = True
+                result = TrialResult("FAIL", failure_class="interrupted", reason="interrupted at once by the user")
+            self._finish(trial, run_id, params, result, command, trial_dir, timings, t0, progress)
+        if result.failure_class == "interrupted":
+            self._requeue(trial, params)
+        if stop_now:
+            raise KeyboardInterrupt
+
+    def _launch_and_measure(self, trial: optuna.Trial, params: dict[str, Any], run_id: str, trial_dir: Path,
+                            progress: Progress, timings: dict[str, float]) -> tuple[str, TrialResult]:
+        """Launch, wait, measure; the engine is stopped on every way out, exceptions included."""
         handle: Handle | None = None
         command = ""
-        interrupted = False
         try:
             broken = self._infeasible(params)
             if broken:
@@ -136,20 +179,42 @@ class Tuner:
                 cls, line = self.engine.classify_failure(e.log_tail)
                 raise _Failed(cls or e.failure_class, f"{e}: {line}" if line else str(e), e.log_tail) from None
             timings["ready_s"] = time.perf_counter() - t
-            result = asyncio.run(self._measure(handle, trial, run_id, progress, timings))
+            self._check_stop("before warming up")
+            return command, asyncio.run(self._measure(handle, trial, run_id, progress, timings))
         except _Failed as f:
-            result = TrialResult("FAIL", failure_class=f.failure_class, reason=f.reason, log_tail=f.log_tail)
-        except KeyboardInterrupt:
-            interrupted = True
-            result = TrialResult("FAIL", failure_class="interrupted", reason="interrupted by the user")
+            return command, TrialResult("FAIL", failure_class=f.failure_class, reason=f.reason, log_tail=f.log_tail)
         finally:
-            if handle is not None:  # first, whatever happened: an engine must never outlive its trial
+            if handle is not None:  # whatever happened: an engine never outlives its trial
                 t = time.perf_counter()
                 self.launcher.stop(handle)
                 timings["stop_s"] = time.perf_counter() - t
-        self._finish(trial, run_id, params, result, command, trial_dir, timings, t0, progress)
-        if interrupted:
-            raise KeyboardInterrupt
+
+    def _check_stop(self, when: str) -> None:
+        if self._stop.requested:
+            raise _Failed("interrupted", f"stopped by {self._stop.requested} {when}")
+
+    def _measured_before(self, trial: optuna.Trial, params: dict[str, Any]) -> TrialResult | None:
+        """The result of an earlier trial of the same config, reused instead of launching again.
+
+        Interrupted trials do not count (they measured nothing); the baseline is never reused for a
+        sampled config, even when the values coincide, since it passes no flags at all.
+        """
+        baseline = bool(trial.user_attrs.get("baseline"))
+        for prev in self.study.get_trials(deepcopy=False, states=(TrialState.COMPLETE, TrialState.FAIL, TrialState.PRUNED)):
+            if prev.params != params or bool(prev.user_attrs.get("baseline")) != baseline:
+                continue
+            cls = prev.user_attrs.get("failure_class")
+            if prev.state == TrialState.FAIL and cls in (None, "interrupted"):
+                continue
+            state = prev.state.name
+            reason = f"same config as trial #{prev.number}" + (f": {prev.user_attrs.get('failure_reason')}" if cls else "")
+            return TrialResult(state, value=prev.value, failure_class=cls, reason=reason, reused_from=prev.number,
+                               level_metrics=list(prev.user_attrs.get("levels") or []))
+        return None
+
+    def _requeue(self, trial: optuna.Trial, params: dict[str, Any]) -> None:
+        attrs = {k: trial.user_attrs[k] for k in ("baseline", "enqueued") if k in trial.user_attrs}
+        self.study.enqueue_trial(params, user_attrs={**attrs, "retry_of": trial.number})
 
     async def _measure(self, handle: Handle, trial: optuna.Trial, run_id: str, progress: Progress,
                        timings: dict[str, float]) -> TrialResult:
@@ -164,14 +229,17 @@ class Tuner:
             await run_level(handle.base_url, model, replace(workload, num_prompts=w.warmup_requests),
                             timeout_s=w.request_timeout_s, **levels[0])
             timings["warmup_s"] = time.perf_counter() - t
+            self._check_stop("after warming up")
         results: list[LevelResult] = []
         t = time.perf_counter()
         for step, level in enumerate(levels):
-            progress.phase(f"measuring {_level_text(level)} ({w.num_prompts} requests)")
+            of = f" [{step + 1}/{len(levels)}]" if len(levels) > 1 else ""
+            progress.phase(f"measuring {_level_text(level)}{of} ({w.num_prompts} requests)")
             result, _records = await run_level(handle.base_url, model, workload, timeout_s=w.request_timeout_s, **level)
             results.append(result)
             metrics = result.metrics()
             self.tracker.log_step(run_id, step, metrics)
+            timings["measure_s"] = time.perf_counter() - t
             if not self.launcher.is_running(handle):
                 raise _Failed("crashed-mid-run", f"server died while measuring {_level_text(level)}",
                               self.launcher.logs(handle, LOG_TAIL_LINES))
@@ -181,21 +249,24 @@ class Tuner:
                               f"{_level_text(level)}: {sample}", self.launcher.logs(handle, LOG_TAIL_LINES))
             trial.report(level_value(metrics, self.cfg.objective), step)
             if trial.should_prune():
-                timings["measure_s"] = time.perf_counter() - t
                 return TrialResult("PRUNED", levels=results, reason=f"pruned after {_level_text(level)}")
-        timings["measure_s"] = time.perf_counter() - t
+            if self._stop.requested and step + 1 < len(levels):
+                return TrialResult("FAIL", levels=results, failure_class="interrupted",
+                                   reason=f"stopped by {self._stop.requested} after {_level_text(level)}")
         return TrialResult("COMPLETE", value=trial_value([r.metrics() for r in results], self.cfg.objective),
                            levels=results)
 
     def _finish(self, trial: optuna.Trial, run_id: str, params: dict[str, Any], result: TrialResult,
                 command: str, trial_dir: Path, timings: dict[str, float], t0: float, progress: Progress) -> None:
         timings["total_s"] = time.perf_counter() - t0
-        level_metrics = [r.metrics() for r in result.levels]
+        level_metrics = result.metrics()
         attrs = {"state": result.state, "command": command, "timings": timings, "levels": level_metrics,
                  "engine_version": self.engine_version}
         if result.failure_class:
             attrs.update(failure_class=result.failure_class, failure_reason=result.reason,
                          log_tail=result.log_tail[-4000:])
+        if result.reused_from is not None:
+            attrs["reused_from"] = result.reused_from
         for key, value in attrs.items():
             trial.set_user_attr(key, value)
         if result.state == "COMPLETE":
@@ -206,6 +277,8 @@ class Tuner:
         final = _final_metrics(level_metrics, self.cfg.objective.metric, self.cfg.objective.direction)
         tags = {"autotuner.state": result.state, "autotuner.failure_class": result.failure_class or "",
                 "autotuner.failure_reason": (result.reason or "")[:5000]}
+        if result.reused_from is not None:
+            tags["autotuner.reused_from"] = str(result.reused_from)
         bench = {"state": result.state, "value": result.value, "levels": [r.to_json() for r in result.levels]}
         artifacts: dict[str, str | Path] = {"bench.json": json.dumps(bench, indent=2),
                                             "server.log": trial_dir / "server.log"}

@@ -22,6 +22,7 @@ import resource
 import subprocess
 import sys
 import time
+from itertools import pairwise
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
@@ -85,7 +86,9 @@ def main() -> None:
           f"{args.output_len} output tokens per request, {args.endpoint}, "
           f"{'instant' if not args.itl_ms else f'ITL {args.itl_ms} ms'} server")
     header = (f"{'workers':>7} {'conc':>5} {'requests':>8} {'req/s':>9} {'out tok/s':>11} {'client CPU':>10} "
-              f"{'server CPU':>10} {'TTFT p50':>9} {'errors':>6}")
+              f"{'server CPU':>10} {'tok/CPU-s':>10} {'TTFT p50':>9} {'errors':>6}")
+    # tok/CPU-s: output tokens (warm-up included) per CPU-second the client used: what one whole core
+    # would stream even when other programs on the machine take part of it.
     # With an instant server the true TTFT is ~0: the TTFT column is the client's own delay (its event
     # loop busy with other responses), i.e. how much it would inflate a real server's TTFT at that load.
     print(header)
@@ -108,12 +111,15 @@ def main() -> None:
                 result, _ = run_level_sync(base_url, "fake", workload, max_concurrency=conc,
                                            warmup_requests=conc, workers=workers, timeout_s=60)
                 wall_s = time.perf_counter() - t0
-                client_pct = 100 * (own_cpu_s() - cpu0) / wall_s
+                client_cpu_s = own_cpu_s() - cpu0
+                client_pct = 100 * client_cpu_s / wall_s
+                per_cpu_s = result.output_tokens * (n + conc) / n / client_cpu_s
                 server_pct = 100 * (proc_cpu_s(server.pid) - srv0) / wall_s
                 rows[(workers, conc)] = result.output_tok_per_s
                 estimate_req_per_s = max(result.request_per_s, 50.0)
                 print(f"{workers:>7} {conc:>5} {n:>8} {result.request_per_s:>9,.0f} {result.output_tok_per_s:>11,.0f} "
-                      f"{client_pct:>9.0f}% {server_pct:>9.0f}% {result.ttft_ms.p50:>7.2f}ms {result.failed:>6}",
+                      f"{client_pct:>9.0f}% {server_pct:>9.0f}% {per_cpu_s:>10,.0f} {result.ttft_ms.p50:>7.2f}ms "
+                      f"{result.failed:>6}",
                       flush=True)
                 if result.failed:
                     print(f"        errors: {result.error_samples}")
@@ -127,7 +133,7 @@ def main() -> None:
         best_conc = max(one, key=one.get)  # type: ignore[arg-type]
         print(f"one core: peak {one[best_conc]:,.0f} output tok/s at concurrency {best_conc}")
         levels = sorted(one)
-        saturated = next((prev for prev, c in zip(levels, levels[1:]) if one[c] < 1.05 * one[prev]), None)
+        saturated = next((prev for prev, c in pairwise(levels) if one[c] < 1.05 * one[prev]), None)
         if saturated is not None:
             print(f"one core: saturated from concurrency {saturated} on (the next level adds < 5%)")
     if 64 in one:

@@ -29,8 +29,8 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import json
-import sys
 import threading
 import time
 from dataclasses import dataclass, field, replace
@@ -50,6 +50,9 @@ class FakeServerConfig:
     status: int = 200  # != 200: answer every generation request with this status and a JSON error
     error_after_tokens: int | None = None  # send an {"error": ...} event after this many tokens
     drop_after_tokens: int | None = None  # close the connection after this many tokens, mid-body
+    # close every connection right after a complete response, without "connection: close" (like a
+    # server whose keep-alive timeout is up): the client must not reuse it
+    close_after_response: bool = False
     send_usage: bool = True  # False: never send usage, like servers that ignore include_usage
     role_chunk: bool = True  # chat: send the role-only first chunk (empty content) like vLLM
     crlf: bool = False  # separate SSE events with "\r\n\r\n" instead of "\n\n"
@@ -280,7 +283,8 @@ class _HttpConnection(asyncio.Protocol):
             if served is not None:
                 served.token_sent_ns = [now] * resp.n_tokens
             self.transport.write(data)
-            self._finish(served, closed=not keep_alive, resume=False)  # _process's loop goes on
+            closed = not keep_alive or config.close_after_response
+            self._finish(served, closed=closed, resume=False)  # _process's loop goes on
             return
 
         # Timed (or failing) response: header and role chunk now, tokens on schedule.
@@ -293,7 +297,8 @@ class _HttpConnection(asyncio.Protocol):
         return received_ns + round((resp.config.ttft_s + i * resp.config.itl_s) * 1e9)
 
     def _schedule(self) -> None:
-        resp, served, received_ns, sent = self._stream
+        assert self._stream is not None
+        resp, _served, received_ns, sent = self._stream
         delay_s = (self._due_ns(resp, received_ns, sent) - time.perf_counter_ns()) / 1e9
         if resp.config.precise_timing:
             delay_s -= _EARLY_WAKE_S
@@ -302,6 +307,7 @@ class _HttpConnection(asyncio.Protocol):
 
     def _emit(self) -> None:
         self.timer = None
+        assert self._stream is not None
         resp, served, received_ns, sent = self._stream
         if self.transport is None or self.transport.is_closing():
             return self._finish(served, closed=True)
@@ -335,7 +341,7 @@ class _HttpConnection(asyncio.Protocol):
             self.transport.close()
             return self._finish(served, closed=True)
         if finish:
-            return self._finish(served, closed=finish == "close")
+            return self._finish(served, closed=finish == "close" or resp.config.close_after_response)
         self._schedule()
 
     def _reply(self, data: bytes, keep_alive: bool) -> None:
@@ -509,11 +515,9 @@ def main(argv: list[str] | None = None) -> None:
     args = parser.parse_args(argv)
     config = FakeServerConfig(ttft_s=args.ttft_s, itl_s=args.itl_s, output_tokens=args.output_tokens,
                               token_text=args.token_text, record=False, precise_timing=not args.coarse_timing)
-    try:
+    with contextlib.suppress(KeyboardInterrupt):
         asyncio.run(serve(config, args.host, args.port))
-    except KeyboardInterrupt:
-        pass
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    main()

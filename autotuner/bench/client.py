@@ -250,7 +250,6 @@ async def stream_request(
     return rec
 
 
-
 # --------------------------------------------------------------------------------------------------
 # The transport: HTTP/1.1 for load generation.
 #
@@ -270,6 +269,10 @@ _READ_HIGH_WATER_BYTES = 4 * 1024 * 1024  # pause reading a connection whose dat
 
 class _HttpProtocolError(Exception):
     pass
+
+
+class _ClosedBeforeResponse(Exception):
+    """The connection ended before a byte of the response: safe to send the request again."""
 
 
 class _Connection(asyncio.Protocol):
@@ -347,7 +350,7 @@ def _expire(waiter: asyncio.Future[None]) -> None:
 class _ChunkedDecoder:
     """Incremental decoder of a chunked HTTP/1.1 body; feed() takes any slice of the byte stream."""
 
-    __slots__ = ("remaining", "crlf_left", "pending", "in_trailers", "done")
+    __slots__ = ("crlf_left", "done", "in_trailers", "pending", "remaining")
 
     def __init__(self) -> None:
         self.remaining = 0  # payload bytes left in the current chunk
@@ -410,6 +413,8 @@ class _ChunkedDecoder:
                     pos = end + 2
                 else:
                     self.remaining = size
+        if self.done and pos < n:
+            self.pending = data[pos:]  # bytes after the body: the caller must not reuse the connection
         if len(out) == 1:
             return out[0]
         return b"".join(out)
@@ -445,11 +450,13 @@ class _ResponseStream(httpx.AsyncByteStream):
         pieces, self._first = self._first, []
         conn = self._conn
         while not self._complete:
-            for ns, data in pieces:
+            for i, (ns, data) in enumerate(pieces):
                 body = self._decode(data)
                 if body:
                     yield ns, body
                 if self._complete:
+                    if i + 1 < len(pieces):
+                        self._reusable = False  # bytes after the body: do not trust the connection
                     break
             if self._complete or conn is None:
                 break
@@ -526,33 +533,38 @@ class LoadgenTransport(httpx.AsyncBaseTransport):
             self._slots = asyncio.Semaphore(self._max_connections)
         timeouts = request.extensions.get("timeout", {})
         key = (url.host, url.port or 80)
-        head = self._request_head(request)
-        body = request.content if hasattr(request, "_content") else b"".join([c async for c in request.stream])
+        body = request.content if hasattr(request, "_content") else await request.aread()
+        wire = self._request_head(request) + body
+        if not self._slots.locked():
+            await self._slots.acquire()  # free slot: no need for wait_for's task
+        else:
+            try:
+                await asyncio.wait_for(self._slots.acquire(), timeouts.get("pool"))
+            except TimeoutError:
+                raise httpx.PoolTimeout("no free connection", request=request) from None
+        conn: _Connection | None = None
         try:
-            await asyncio.wait_for(self._slots.acquire(), timeouts.get("pool"))
-        except TimeoutError:
-            raise httpx.PoolTimeout("no free connection", request=request) from None
-        try:
-            for _attempt in range(2):
+            for attempt in range(2):
                 conn, reused = await self._connect(key, timeouts.get("connect"), request)
-                if conn.transport is None or conn.closed:
-                    continue
-                conn.transport.write(head + body)
+                assert conn.transport is not None
+                conn.transport.write(wire)
                 try:
                     body_pieces, status, reason, headers, version = await self._read_head(
                         conn, timeouts.get("read"), request)
-                except httpx.RemoteProtocolError:
-                    if reused and not conn.pieces and conn.closed:
-                        conn.close()
-                        continue  # the server had closed the idle connection: send once more
+                    break
+                except _ClosedBeforeResponse:
                     conn.close()
-                    raise
-                break
-            else:
-                raise httpx.ConnectError("could not send the request on a fresh connection", request=request)
-        except BaseException:
+                    conn = None
+                    if reused and attempt == 0:
+                        continue  # the server had closed this idle connection: send once more, on a new one
+                    raise httpx.RemoteProtocolError("server disconnected without sending a response",
+                                                    request=request) from None
+        except BaseException:  # including cancellation (the caller's timeout): leave nothing half-open
+            if conn is not None:
+                conn.close()
             self._slots.release()
             raise
+        assert conn is not None
         return self._response(request, key, conn, status, reason, headers, body_pieces, version, timeouts.get("read"))
 
     @staticmethod
@@ -588,7 +600,10 @@ class LoadgenTransport(httpx.AsyncBaseTransport):
                 conn.close()
                 raise httpx.ReadTimeout("timed out waiting for the response", request=request) from None
             if not pieces:
-                raise httpx.RemoteProtocolError("server disconnected without sending a response", request=request)
+                if not buf:
+                    raise _ClosedBeforeResponse()
+                raise httpx.RemoteProtocolError("server disconnected in the middle of the response head",
+                                                request=request)
             for i, (ns, data) in enumerate(pieces):
                 start = len(buf)
                 buf += data

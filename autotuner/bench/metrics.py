@@ -5,7 +5,8 @@ can be compared with what users already know:
 
 - Only completed requests (no error) enter latencies and token totals; failed ones are counted.
 - TTFT  = first content chunk - request start.
-- E2E   = end of the stream - request start.
+- E2E   = end of the stream ([DONE]) - request start. (vLLM stops at the last chunk with choices; the
+  difference is the usage chunk, in the same network read as the last token with the servers we know.)
 - TPOT  = (E2E - TTFT) / (output_tokens - 1), for requests with more than one output token.
 - ITL   = gaps between consecutive content chunks, pooled over all completed requests. A chunk may carry
   several tokens (and chunks that arrived in one network read share a time), so ITL and TPOT differ.
@@ -23,6 +24,7 @@ from __future__ import annotations
 import math
 from collections.abc import Iterable, Sequence
 from dataclasses import asdict, dataclass, field
+from itertools import pairwise
 from typing import Any
 
 from autotuner.bench.client import RequestRecord
@@ -120,8 +122,7 @@ class LevelResult:
                 ttfts.append(ttft_ms)
                 if rec.output_tokens > 1:
                     tpots.append((e2e_ms - ttft_ms) / (rec.output_tokens - 1))
-            times = rec.chunk_times_ns
-            itls.extend((b - a) / _NS_PER_MS for a, b in zip(times, times[1:]))
+            itls.extend((b - a) / _NS_PER_MS for a, b in pairwise(rec.chunk_times_ns))
         rate = (lambda x: x / duration_s) if duration_s > 0 else (lambda x: math.nan)
         return cls(
             max_concurrency=max_concurrency,
@@ -164,14 +165,16 @@ class LevelResult:
         return out
 
     def to_json(self) -> dict[str, Any]:
-        """A JSON-serialisable dict (NaN -> None); `from_json` reverses it."""
+        """A strict-JSON-serialisable dict (NaN and inf -> None); `from_json` reverses it."""
         return _nan_to_none(asdict(self))
 
     @classmethod
     def from_json(cls, data: dict[str, Any]) -> LevelResult:
         data = dict(data)
         for name in _LATENCIES:
-            data[name] = LatencyStats(**{k: (math.nan if v is None else v) for k, v in data[name].items()})
+            raw = data[name]
+            stats = {k: (math.nan if raw[k] is None else float(raw[k])) for k in _STAT_NAMES}
+            data[name] = LatencyStats(count=int(raw["count"]), **stats)
         for name in ("duration_s", "request_per_s", "output_tok_per_s", "total_tok_per_s"):
             if data[name] is None:
                 data[name] = math.nan
@@ -179,8 +182,8 @@ class LevelResult:
 
 
 def _nan_to_none(obj: Any) -> Any:
-    if isinstance(obj, float) and math.isnan(obj):
-        return None
+    if isinstance(obj, float) and not math.isfinite(obj):
+        return None  # NaN: no samples; inf (only a request_rate): all at once, which None also means
     if isinstance(obj, dict):
         return {k: _nan_to_none(v) for k, v in obj.items()}
     return obj

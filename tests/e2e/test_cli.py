@@ -90,29 +90,70 @@ def _processes_using(path: Path) -> list[int]:
     return pids
 
 
-@pytest.mark.engine
-def test_ctrl_c_stops_the_engine_records_the_trial_and_the_rerun_resumes(tmp_path, tiny_model, llama_server):
-    import signal
+def _start_study(tmp_path: Path, tiny_model: Path, llama_server: str, name: str, num_prompts: int):
+    """Start `autotuner run` on its own copy of the model (to find its servers by argv) and wait until
+    it measures; returns the process and the model path."""
     import time
 
-    model = tmp_path / "ctrl-c.gguf"  # a path of its own, to find this test's servers by their argv
+    model = tmp_path / f"{name}.gguf"
     model.write_bytes(tiny_model.read_bytes())
     (tmp_path / "s.yaml").write_text("engine: llamacpp\nparams:\n  parallel: {type: int, low: 1, high: 4}\n")
     (tmp_path / "exp.yaml").write_text(
-        f"name: ctrlc\nengine: llamacpp\nmodel: {{path: {model}}}\nsearch_space: s.yaml\n"
-        "workload: {num_prompts: 100000, input_len: 8, output_len: 16, warmup_requests: 0}\n"
+        f"name: {name}\nengine: llamacpp\nmodel: {{path: {model}}}\nsearch_space: s.yaml\n"
+        f"workload: {{num_prompts: {num_prompts}, input_len: 8, output_len: 16, warmup_requests: 0}}\n"
         "load: {max_concurrency: [2]}\n")
     env = {**os.environ, "PYTHONPATH": str(REPO), "NO_COLOR": "1", "AUTOTUNER_CACHE": str(tmp_path / "cache"),
            "AUTOTUNER_LLAMA_SERVER": llama_server}
     proc = subprocess.Popen([sys.executable, "-m", "autotuner.cli", "run", "-e", "exp.yaml", "--trials", "3"],
                             cwd=tmp_path, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    deadline = time.monotonic() + 60
+    seen = ""
+    while "measuring" not in seen and time.monotonic() < deadline and proc.poll() is None:
+        seen += proc.stderr.readline()
+    assert "measuring" in seen, seen
+    assert len(_processes_using(model)) == 1  # the engine is up
+    return proc, model
+
+
+def _study(tmp_path: Path, name: str):
+    import optuna
+
+    return optuna.load_study(study_name=name, storage=f"sqlite:///{tmp_path}/autotuner.db")
+
+
+@pytest.mark.engine
+def test_first_signal_finishes_the_measurement_then_stops_and_the_rerun_resumes(tmp_path, tiny_model, llama_server):
+    import signal
+
+    proc, model = _start_study(tmp_path, tiny_model, llama_server, "graceful", num_prompts=300)
     try:
-        deadline = time.monotonic() + 60
-        seen = ""
-        while "measuring" not in seen and time.monotonic() < deadline and proc.poll() is None:
-            seen += proc.stderr.readline()
-        assert "measuring" in seen, seen
-        assert len(_processes_using(model)) == 1  # the engine is up
+        proc.send_signal(signal.SIGTERM)
+        _, err = proc.communicate(timeout=120)
+    finally:
+        proc.kill()
+    assert proc.returncode == 130
+    assert "SIGTERM: finishing the measurement under way" in err
+    assert "Run the same command to resume" in err
+    assert _processes_using(model) == []
+    [trial] = _study(tmp_path, "graceful").get_trials()
+    assert trial.state.name == "COMPLETE" and trial.value > 0  # the measurement was finished and recorded
+
+    out = autotuner("run", "-e", "exp.yaml", "--trials", "1", cwd=tmp_path)
+    assert out.returncode == 0, out.stderr
+    trials = _study(tmp_path, "graceful").get_trials()
+    assert [t.state.name for t in trials] == ["COMPLETE", "COMPLETE"]
+    assert not trials[1].user_attrs.get("baseline")  # the rerun went on to the next trial
+
+
+@pytest.mark.engine
+def test_second_ctrl_c_stops_at_once_and_the_interrupted_trial_is_retried(tmp_path, tiny_model, llama_server):
+    import signal
+    import time
+
+    proc, model = _start_study(tmp_path, tiny_model, llama_server, "ctrlc", num_prompts=100000)
+    try:
+        proc.send_signal(signal.SIGINT)
+        time.sleep(0.5)
         proc.send_signal(signal.SIGINT)
         _, err = proc.communicate(timeout=30)
     finally:
@@ -120,18 +161,13 @@ def test_ctrl_c_stops_the_engine_records_the_trial_and_the_rerun_resumes(tmp_pat
     assert proc.returncode == 130
     assert "Run the same command to resume" in err
     assert _processes_using(model) == []
+    trials = _study(tmp_path, "ctrlc").get_trials()
+    assert [t.state.name for t in trials] == ["FAIL", "WAITING"]  # the same config is queued again
+    assert trials[0].user_attrs["failure_class"] == "interrupted"
 
-    import optuna
-
-    study = optuna.load_study(study_name="ctrlc", storage=f"sqlite:///{tmp_path}/autotuner.db")
-    [trial] = study.get_trials()
-    assert trial.state == optuna.trial.TrialState.FAIL
-    assert trial.user_attrs["failure_class"] == "interrupted"
-
-    # The rerun resumes: the interrupted baseline is run again, the study keeps both trials.
     (tmp_path / "exp.yaml").write_text((tmp_path / "exp.yaml").read_text().replace("100000", "4"))
     out = autotuner("run", "-e", "exp.yaml", "--trials", "1", cwd=tmp_path)
     assert out.returncode == 0, out.stderr
-    trials = optuna.load_study(study_name="ctrlc", storage=f"sqlite:///{tmp_path}/autotuner.db").get_trials()
+    trials = _study(tmp_path, "ctrlc").get_trials()
     assert [t.state.name for t in trials] == ["FAIL", "COMPLETE"]
-    assert trials[1].user_attrs["baseline"] is True
+    assert trials[1].user_attrs["baseline"] is True and trials[1].user_attrs["retry_of"] == 0

@@ -91,3 +91,9 @@ def test_workload_is_frozen_and_serialisable() -> None:
     with pytest.raises(AttributeError):
         w.num_prompts = 3  # type: ignore[misc]
     assert Workload(**w.to_json()) == w
+
+
+def test_prompts_are_pinned() -> None:
+    # Changing WORDS or the drawing changes every prompt, and so every result compared across studies.
+    assert build_prompts(2, 5, seed=0) == ["fire side national when through", "state field may under high"]
+    assert len(WORDS) == len(set(WORDS)) == 164
