@@ -1,21 +1,32 @@
 """MLflow tracking: one parent run per study, one nested run per trial.
 
 The only module that imports mlflow; the tuner talks to `MlflowTracker`. The Optuna storage is the
-source of truth: tracking mirrors it for people to compare trials in the MLflow UI, so a resumed study
-finds and continues its parent run (tagged with the study name) instead of starting a new one.
+source of truth and MLflow mirrors it for people to compare trials:
+- a resumed study finds and continues its parent run (tagged with the study name);
+- every trial's run is built from the trial as Optuna holds it (`trial_record`), so a run that could
+  not be logged is logged later, the same way (`backfill`);
+- a tracking server that is down or slow never stops the study: each call is retried with backoff,
+  then tracking is marked unavailable and skipped (costing no more time) until the next trial, which
+  probes it once and, when it is back, backfills what it missed.
 """
 
 from __future__ import annotations
 
 import json
 import logging
-import tempfile
-from collections.abc import Mapping
+import os
+import time
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
+
+from optuna.trial import FrozenTrial
+from tenacity import Retrying, stop_after_attempt, wait_exponential
 
 STUDY_TAG = "autotuner.study"
 ROLE_TAG = "autotuner.role"
+_T = TypeVar("_T")
 
 
 def default_tracking_uri(root: Path) -> str:
@@ -23,15 +34,68 @@ def default_tracking_uri(root: Path) -> str:
     return f"sqlite:///{(root / 'mlflow.db').resolve()}"
 
 
+@dataclass
+class TrialRecord:
+    """One trial as MLflow shows it, derived from the Optuna trial alone (plus its folder of files)."""
+
+    number: int
+    status: str  # MLflow run status: FINISHED, FAILED or KILLED
+    params: dict[str, Any]
+    metrics: dict[str, float]
+    steps: list[dict[str, float]]
+    tags: dict[str, str]
+    artifact_dir: Path
+    artifacts: tuple[str, ...] = ("command.txt", "server.log", "bench.json", "failure.txt")
+    extra: dict[str, Any] = field(default_factory=dict)
+
+
+def trial_record(trial: FrozenTrial, artifact_dir: Path, metric: str, direction: str,
+                 common_tags: Mapping[str, str]) -> TrialRecord:
+    attrs = trial.user_attrs
+    state = trial.state.name
+    failure = attrs.get("failure_class")
+    status = {"COMPLETE": "FINISHED", "PRUNED": "KILLED"}.get(state, "FAILED")
+    if failure == "interrupted":
+        status = "KILLED"
+    levels = list(attrs.get("levels") or [])
+    timings = attrs.get("timings") or {}
+    tags = {**common_tags, "autotuner.trial": str(trial.number), "autotuner.state": state,
+            "autotuner.failure_class": failure or "", "autotuner.failure_reason": (attrs.get("failure_reason") or "")[:5000],
+            "autotuner.baseline": str(bool(attrs.get("baseline"))).lower()}
+    if attrs.get("engine_version"):
+        tags["autotuner.engine_version"] = attrs["engine_version"]
+    if attrs.get("reused_from") is not None:
+        tags["autotuner.reused_from"] = str(attrs["reused_from"])
+    return TrialRecord(
+        number=trial.number, status=status,
+        params=dict(trial.params) or {"baseline": "engine defaults"},
+        metrics={**best_level(levels, metric, direction), **{f"time_{k}": v for k, v in timings.items()}},
+        steps=levels, tags=tags, artifact_dir=artifact_dir,
+    )
+
+
+def best_level(levels: list[dict[str, float]], metric: str, direction: str) -> dict[str, float]:
+    """The metrics of the level that scored best on the objective: what the trial is compared by."""
+    scored = [m for m in levels if metric in m]
+    if not scored:
+        return {}
+    pick = max if direction == "maximize" else min
+    return dict(pick(scored, key=lambda m: m[metric]))
+
+
 def _quiet() -> None:
     for name in ("mlflow", "alembic", "alembic.runtime.migration"):
         logging.getLogger(name).setLevel(logging.WARNING)
+    # MLflow's own HTTP retries would wait minutes for a dead server; ours are shorter and bounded.
+    os.environ.setdefault("MLFLOW_HTTP_REQUEST_MAX_RETRIES", "1")
+    os.environ.setdefault("MLFLOW_HTTP_REQUEST_TIMEOUT", "15")
 
 
 class MlflowTracker:
     """Records a study in MLflow. `uri` None means the local store under `root` (default mlruns/)."""
 
-    def __init__(self, uri: str | None = None, root: Path = Path("mlruns")):
+    def __init__(self, uri: str | None = None, root: Path = Path("mlruns"),
+                 warn: Callable[[str], None] = lambda message: None, attempts: int = 3):
         _quiet()
         from mlflow.tracking import MlflowClient
 
@@ -42,11 +106,52 @@ class MlflowTracker:
         self.client = MlflowClient(tracking_uri=self.uri)
         self.parent_run_id: str | None = None
         self.experiment_id: str | None = None
+        self.warn = warn
+        self.available = True
+        self.missed = False  # something was not logged: backfill once the server is back
+        self._attempts = attempts
+        self._study: tuple[str, Mapping[str, Any], Mapping[str, str]] | None = None
+
+    # --- resilience -----------------------------------------------------------------------------------
+
+    def _safe(self, what: str, fn: Callable[[], _T]) -> _T | None:
+        if not self.available:
+            self.missed = True
+            return None
+        try:
+            for attempt in Retrying(stop=stop_after_attempt(self._attempts), wait=wait_exponential(0.5, max=4),
+                                    reraise=True):
+                with attempt:
+                    return fn()
+        except Exception as e:  # any failure of the tracking side is tracking's problem, not the study's
+            self.available = False
+            self.missed = True
+            self.warn(f"MLflow unavailable ({what}: {type(e).__name__}: {str(e).splitlines()[0][:200]}); "
+                      "the study goes on and logs what it missed once MLflow is back")
+        return None
+
+    def probe(self) -> bool:
+        """At a trial boundary: is a tracking side that failed back? (One cheap call.)"""
+        if self.available:
+            return True
+        try:
+            self.client.search_experiments(max_results=1)
+        except Exception:
+            return False
+        self.available = True
+        self.warn("MLflow is back")
+        if self.parent_run_id is None and self._study:
+            self.start_study(*self._study)
+        return self.available
 
     # --- study ----------------------------------------------------------------------------------------
 
-    def start_study(self, study_name: str, params: Mapping[str, Any], tags: Mapping[str, str]) -> str:
+    def start_study(self, study_name: str, params: Mapping[str, Any], tags: Mapping[str, str]) -> str | None:
         """Create the study's experiment and parent run, or continue them. Closes runs a killed tuner left."""
+        self._study = (study_name, params, tags)
+        return self._safe("start study", lambda: self._start_study(study_name, params, tags))
+
+    def _start_study(self, study_name: str, params: Mapping[str, Any], tags: Mapping[str, str]) -> str:
         exp = self.client.get_experiment_by_name(study_name)
         if exp is None:
             location = (self._artifact_root / study_name).as_uri() if self._artifact_root else None
@@ -70,25 +175,46 @@ class MlflowTracker:
 
     def _close_orphans(self) -> None:
         """A trial run still RUNNING when a study resumes belongs to a tuner that was killed."""
-        for run in self.client.search_runs(
-            [self.experiment_id],
-            filter_string=f"tags.`mlflow.parentRunId` = '{self.parent_run_id}' and attributes.status = 'RUNNING'",
-        ):
+        for run in self._trial_runs(status="RUNNING"):
             self.client.set_tag(run.info.run_id, "autotuner.state", "KILLED")
             self.client.set_terminated(run.info.run_id, status="KILLED")
 
+    def _trial_runs(self, status: str | None = None) -> list[Any]:
+        query = f"tags.`mlflow.parentRunId` = '{self.parent_run_id}'"
+        if status:
+            query += f" and attributes.status = '{status}'"
+        runs, token = [], None
+        while True:
+            page = self.client.search_runs([self.experiment_id], filter_string=query, max_results=1000,
+                                           page_token=token)
+            runs += list(page)
+            token = page.token
+            if not token:
+                return runs
+
     def log_study(self, metrics: Mapping[str, float] | None = None, tags: Mapping[str, str] | None = None,
                   artifacts: Mapping[str, str | Path] | None = None) -> None:
-        assert self.parent_run_id
-        self._log(self.parent_run_id, metrics=metrics, tags=tags, artifacts=artifacts)
+        if self.parent_run_id:
+            run_id = self.parent_run_id
+            self._safe("study summary", lambda: self._log(run_id, metrics=metrics, tags=tags, artifacts=artifacts))
 
     def end_study(self, status: str = "FINISHED") -> None:
         if self.parent_run_id:
-            self.client.set_terminated(self.parent_run_id, status=status)
+            run_id = self.parent_run_id
+            self._safe("end study", lambda: self.client.set_terminated(run_id, status=status))
 
     # --- trials ---------------------------------------------------------------------------------------
 
-    def start_trial(self, number: int, tags: Mapping[str, str]) -> str:
+    def start_trial(self, number: int, tags: Mapping[str, str]) -> str | None:
+        """Open the trial's run so load levels can be logged live; None when tracking is unavailable."""
+        self.probe()
+        if self.missed and self.available:
+            self.warn("MLflow: logging what it missed")  # the tuner calls backfill next
+        if not self.parent_run_id:
+            return None
+        return self._safe("start trial", lambda: self._create_trial_run(number, tags))
+
+    def _create_trial_run(self, number: int, tags: Mapping[str, str]) -> str:
         assert self.parent_run_id and self.experiment_id
         run = self.client.create_run(
             self.experiment_id, run_name=f"trial-{number:04d}",
@@ -97,18 +223,55 @@ class MlflowTracker:
         )
         return run.info.run_id
 
-    def log_step(self, run_id: str, step: int, metrics: Mapping[str, float]) -> None:
+    def log_step(self, run_id: str | None, step: int, metrics: Mapping[str, float]) -> None:
         from mlflow.entities import Metric
 
-        now = _now_ms()
-        self.client.log_batch(run_id, metrics=[Metric(k, float(v), now, step) for k, v in metrics.items()])
+        if run_id:
+            now = _now_ms()
+            self._safe("log step", lambda: self.client.log_batch(
+                run_id, metrics=[Metric(k, float(v), now, step) for k, v in metrics.items()]))
 
-    def end_trial(self, run_id: str, *, status: str, params: Mapping[str, Any], metrics: Mapping[str, float],
-                  tags: Mapping[str, str], artifacts: Mapping[str, str | Path]) -> None:
-        """Log a finished trial. status: FINISHED (complete), FAILED (failed/infeasible), KILLED (pruned/interrupted)."""
-        self._log_params(run_id, params)
-        self._log(run_id, metrics=metrics, tags=tags, artifacts=artifacts)
-        self.client.set_terminated(run_id, status=status)
+    def log_trial(self, record: TrialRecord, run_id: str | None = None) -> bool:
+        """Log a finished trial into its run (created now when `run_id` is None) and close the run."""
+        if not self.parent_run_id and not (self.probe() and self.parent_run_id):
+            self.missed = True
+            return False
+        return self._safe(f"trial {record.number}", lambda: self._log_trial(record, run_id)) is not None
+
+    def _log_trial(self, record: TrialRecord, run_id: str | None) -> bool:
+        live = run_id is not None
+        if run_id is None:
+            run_id = self._create_trial_run(record.number, record.tags)
+        self._log_params(run_id, record.params)
+        if not live:  # the levels were not logged as they were measured
+            from mlflow.entities import Metric
+
+            now = _now_ms()
+            self.client.log_batch(run_id, metrics=[Metric(k, float(v), now, step)
+                                                   for step, m in enumerate(record.steps) for k, v in m.items()])
+        artifacts = {name: record.artifact_dir / name for name in record.artifacts}
+        self._log(run_id, metrics=record.metrics, tags=record.tags, artifacts=artifacts)
+        self.client.set_terminated(run_id, status=record.status)
+        return True
+
+    def backfill(self, records: Iterable[TrialRecord], force: bool = False) -> int:
+        """Log every finished trial MLflow lacks (or holds still open); returns how many were logged.
+        Only looks when something was missed, or when `force`d (a resumed study: an earlier tuner may
+        have died while MLflow was down)."""
+        if not (self.missed or force) or not self.probe() or not self.parent_run_id:
+            return 0
+        runs = self._safe("list trial runs", self._trial_runs) or []
+        closed = {r.data.tags.get("autotuner.trial") for r in runs if r.info.status != "RUNNING"}
+        open_runs = {r.data.tags.get("autotuner.trial"): r.info.run_id for r in runs if r.info.status == "RUNNING"}
+        logged = 0
+        for record in records:
+            if str(record.number) in closed:
+                continue
+            if not self.log_trial(record, run_id=open_runs.get(str(record.number))):
+                return logged
+            logged += 1
+        self.missed = not self.available
+        return logged
 
     # --- helpers --------------------------------------------------------------------------------------
 
@@ -133,10 +296,7 @@ class MlflowTracker:
                 if content.is_file():
                     self.client.log_artifact(run_id, str(content))
             else:
-                with tempfile.TemporaryDirectory() as tmp:
-                    path = Path(tmp) / name
-                    path.write_text(content)
-                    self.client.log_artifact(run_id, str(path))
+                self.client.log_text(run_id, content, name)
 
 
 def _param_text(value: Any) -> str:
@@ -145,6 +305,4 @@ def _param_text(value: Any) -> str:
 
 
 def _now_ms() -> int:
-    import time
-
     return int(time.time() * 1000)

@@ -35,7 +35,7 @@ from autotuner.progress import Progress
 from autotuner.recovery import WORKER_ATTR, Heartbeat, recover_stale_trials, this_worker
 from autotuner.space import SearchSpace
 from autotuner.study import best_trial, open_study
-from autotuner.tracking import MlflowTracker
+from autotuner.tracking import MlflowTracker, TrialRecord, trial_record
 
 LOG_TAIL_LINES = 30
 
@@ -96,7 +96,9 @@ class Tuner:
         reaped = self.launcher.reap(self.labels)
         if reaped:
             progress.note(f"removed {len(reaped)} engine(s) left by an interrupted run: {', '.join(reaped)}")
+        self.tracker.warn = progress.note
         self.tracker.start_study(self.cfg.study_name, params=self._study_params(), tags=self._common_tags())
+        self._sync_tracking(force=True)
         self._enqueue_first_trials()
         deadline = time.monotonic() + timeout_s if timeout_s else None
         self._stop = StopRequests(on_first=lambda name: progress.note(
@@ -141,6 +143,7 @@ class Tuner:
         progress.trial_started(index, trial.number,
                                "baseline: engine defaults" if baseline else "config: " + (" ".join(args) or "(defaults)"))
         trial_dir = self.workdir / f"trial-{trial.number:04d}"
+        self._sync_tracking()
         run_id = self.tracker.start_trial(trial.number, tags={**self._common_tags(), "autotuner.baseline": str(baseline).lower()})
         timings: dict[str, float] = {}
         command = ""
@@ -159,7 +162,7 @@ class Tuner:
         if stop_now:
             raise KeyboardInterrupt
 
-    def _launch_and_measure(self, trial: optuna.Trial, params: dict[str, Any], run_id: str, trial_dir: Path,
+    def _launch_and_measure(self, trial: optuna.Trial, params: dict[str, Any], run_id: str | None, trial_dir: Path,
                             progress: Progress, timings: dict[str, float]) -> tuple[str, TrialResult]:
         """Launch, wait, measure; the engine is stopped on every way out, exceptions included."""
         handle: Handle | None = None
@@ -216,7 +219,7 @@ class Tuner:
         attrs = {k: trial.user_attrs[k] for k in ("baseline", "enqueued") if k in trial.user_attrs}
         self.study.enqueue_trial(params, user_attrs={**attrs, "retry_of": trial.number})
 
-    async def _measure(self, handle: Handle, trial: optuna.Trial, run_id: str, progress: Progress,
+    async def _measure(self, handle: Handle, trial: optuna.Trial, run_id: str | None, progress: Progress,
                        timings: dict[str, float]) -> TrialResult:
         w = self.cfg.workload
         workload = Workload(endpoint=w.endpoint, num_prompts=w.num_prompts, input_len=w.input_len,
@@ -256,7 +259,7 @@ class Tuner:
         return TrialResult("COMPLETE", value=trial_value([r.metrics() for r in results], self.cfg.objective),
                            levels=results)
 
-    def _finish(self, trial: optuna.Trial, run_id: str, params: dict[str, Any], result: TrialResult,
+    def _finish(self, trial: optuna.Trial, run_id: str | None, params: dict[str, Any], result: TrialResult,
                 command: str, trial_dir: Path, timings: dict[str, float], t0: float, progress: Progress) -> None:
         timings["total_s"] = time.perf_counter() - t0
         level_metrics = result.metrics()
@@ -274,24 +277,14 @@ class Tuner:
         else:
             self.study.tell(trial, state=TrialState.PRUNED if result.state == "PRUNED" else TrialState.FAIL)
 
-        final = _final_metrics(level_metrics, self.cfg.objective.metric, self.cfg.objective.direction)
-        tags = {"autotuner.state": result.state, "autotuner.failure_class": result.failure_class or "",
-                "autotuner.failure_reason": (result.reason or "")[:5000]}
-        if result.reused_from is not None:
-            tags["autotuner.reused_from"] = str(result.reused_from)
+        trial_dir.mkdir(parents=True, exist_ok=True)
         bench = {"state": result.state, "value": result.value, "levels": [r.to_json() for r in result.levels]}
-        artifacts: dict[str, str | Path] = {"bench.json": json.dumps(bench, indent=2),
-                                            "server.log": trial_dir / "server.log"}
+        (trial_dir / "bench.json").write_text(json.dumps(bench, indent=2))
         if command:
-            artifacts["command.txt"] = command + "\n"
+            (trial_dir / "command.txt").write_text(command + "\n")
         if result.log_tail:
-            artifacts["failure.txt"] = f"{result.failure_class}: {result.reason}\n\n{result.log_tail}\n"
-        status = {"COMPLETE": "FINISHED", "PRUNED": "KILLED"}.get(result.state, "FAILED")
-        if result.failure_class == "interrupted":
-            status = "KILLED"
-        self.tracker.end_trial(run_id, status=status, params=params or {"baseline": "engine defaults"},
-                               metrics={**final, **{f"time_{k}": v for k, v in timings.items()}},
-                               tags=tags, artifacts=artifacts)
+            (trial_dir / "failure.txt").write_text(f"{result.failure_class}: {result.reason}\n\n{result.log_tail}\n")
+        self.tracker.log_trial(self._record(self.study._storage.get_trial(trial._trial_id)), run_id=run_id)
         best = best_trial(self.study)
         progress.trial_finished(result.state, result.value,
                                 f"{result.failure_class}: {result.reason}" if result.failure_class else result.reason,
@@ -302,6 +295,17 @@ class Tuner:
                 progress.note(f"    | {line[:200]}")
 
     # --- helpers ----------------------------------------------------------------------------------------
+
+    def _record(self, trial: optuna.trial.FrozenTrial) -> TrialRecord:
+        return trial_record(trial, self.workdir / f"trial-{trial.number:04d}", self.cfg.objective.metric,
+                            self.cfg.objective.direction, self._common_tags())
+
+    def _sync_tracking(self, force: bool = False) -> None:
+        """Log to MLflow what it missed while it was unreachable (the Optuna storage is the truth)."""
+        if not (force or self.tracker.missed):
+            return
+        finished = self.study.get_trials(deepcopy=False, states=(TrialState.COMPLETE, TrialState.FAIL, TrialState.PRUNED))
+        self.tracker.backfill([self._record(t) for t in finished], force=force)
 
     def _infeasible(self, params: dict[str, Any]) -> list[str]:
         w = self.cfg.workload
@@ -350,10 +354,3 @@ def _level_text(level: dict[str, Any]) -> str:
         return f"concurrency {level['max_concurrency']}"
     return f"rate {level['request_rate']:g} req/s"
 
-
-def _final_metrics(levels: list[dict[str, float]], metric: str, direction: str) -> dict[str, float]:
-    """The metrics of the level that scored best on the objective: what the trial is compared by."""
-    if not levels:
-        return {}
-    pick = max if direction == "maximize" else min
-    return dict(pick(levels, key=lambda m: m[metric]))
