@@ -24,6 +24,7 @@ from typing import Any, TypeVar
 from optuna.trial import FrozenTrial
 from tenacity import Retrying, stop_after_attempt, wait_exponential
 
+LEVEL_PREFIX = "level/"  # per-load-level series (step = level index); plain names hold the trial's result
 STUDY_TAG = "autotuner.study"
 ROLE_TAG = "autotuner.role"
 _T = TypeVar("_T")
@@ -89,6 +90,8 @@ def _quiet() -> None:
     # MLflow's own HTTP retries would wait minutes for a dead server; ours are shorter and bounded.
     os.environ.setdefault("MLFLOW_HTTP_REQUEST_MAX_RETRIES", "1")
     os.environ.setdefault("MLFLOW_HTTP_REQUEST_TIMEOUT", "15")
+    # A link per closed run would bury the tuner's own progress lines.
+    os.environ.setdefault("MLFLOW_SUPPRESS_PRINTING_URL_TO_STDOUT", "true")
 
 
 class MlflowTracker:
@@ -229,7 +232,7 @@ class MlflowTracker:
         if run_id:
             now = _now_ms()
             self._safe("log step", lambda: self.client.log_batch(
-                run_id, metrics=[Metric(k, float(v), now, step) for k, v in metrics.items()]))
+                run_id, metrics=[Metric(LEVEL_PREFIX + k, float(v), now, step) for k, v in metrics.items()]))
 
     def log_trial(self, record: TrialRecord, run_id: str | None = None) -> bool:
         """Log a finished trial into its run (created now when `run_id` is None) and close the run."""
@@ -247,7 +250,7 @@ class MlflowTracker:
             from mlflow.entities import Metric
 
             now = _now_ms()
-            self.client.log_batch(run_id, metrics=[Metric(k, float(v), now, step)
+            self.client.log_batch(run_id, metrics=[Metric(LEVEL_PREFIX + k, float(v), now, step)
                                                    for step, m in enumerate(record.steps) for k, v in m.items()])
         artifacts = {name: record.artifact_dir / name for name in record.artifacts}
         self._log(run_id, metrics=record.metrics, tags=record.tags, artifacts=artifacts)

@@ -265,11 +265,9 @@ class Tuner:
         level_metrics = result.metrics()
         attrs = {"state": result.state, "command": command, "timings": timings, "levels": level_metrics,
                  "engine_version": self.engine_version}
-        if result.failure_class:
-            attrs.update(failure_class=result.failure_class, failure_reason=result.reason,
-                         log_tail=result.log_tail[-4000:])
-        if result.reused_from is not None:
-            attrs["reused_from"] = result.reused_from
+        # Set even when empty: a retried trial starts with a copy of the failed one's attributes.
+        attrs.update(failure_class=result.failure_class, failure_reason=result.reason if result.failure_class else None,
+                     log_tail=result.log_tail[-4000:] or None, reused_from=result.reused_from)
         for key, value in attrs.items():
             trial.set_user_attr(key, value)
         if result.state == "COMPLETE":
