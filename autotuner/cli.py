@@ -61,8 +61,7 @@ def run(
     summary = report.summarize(study, exp.config.objective.metric)
     command = None
     if summary.best is not None:
-        ctx = report.export_context(tuner.launch_context(report.EXPORT_PORT))
-        command = report.best_command(tuner.engine, summary.best, ctx)
+        command = tuner.redact.text(tuner.launch_spec(summary.best.params, report.EXPORT_PORT).command_line())
     report.render(summary, tuner.engine, command, console)
     path = report.write_best(summary, command, tuner.workdir)
     if path:
@@ -70,34 +69,14 @@ def run(
 
 
 def _make_tuner(exp, tracking_uri: Optional[str], results: Path):
-    from autotuner import paths
+    from autotuner import paths, preflight
     from autotuner.config import ConfigError
-    from autotuner.engines._base import EngineError, get_engine
     from autotuner.launchers.process import ProcessLauncher
     from autotuner.tracking import MlflowTracker
     from autotuner.tuner import Tuner
 
     cfg = exp.config
-    try:
-        engine = get_engine(cfg.engine)
-    except EngineError as e:
-        raise ConfigError(f"{exp.source}: field 'engine': {e}") from None
-    try:
-        from autotuner.config import CategoricalParam
-
-        engine.check_space(list(exp.space.params), {n: p.choices for n, p in exp.space.params.items()
-                                                    if isinstance(p, CategoricalParam)})
-    except EngineError as e:
-        raise ConfigError(f"{exp.space_path}: field 'params': {e}") from None
-    from autotuner.space import ExpressionError, SearchSpace
-
-    try:
-        SearchSpace(exp.space)
-    except ExpressionError as e:
-        raise ConfigError(f"{exp.space_path}: {e}") from None
-    if not exp.model_path.exists():
-        raise ConfigError(f"{exp.source}: field 'model.path': not found: {exp.model_path} "
-                          "(scripts/setup.sh makes the quickstart model)")
+    engine = preflight.check(exp)
     if cfg.launcher != "process":
         raise ConfigError(f"{exp.source}: field 'launcher': '{cfg.launcher}' is not available yet (launchers: process)")
     binary = paths.llama_server_binary() if cfg.engine == "llamacpp" else None

@@ -173,6 +173,12 @@ class ExperimentConfig(_Strict):
     engine_args: list[str] = Field(
         default_factory=list, description="Fixed extra engine arguments, added to every trial."
     )
+    env: dict[str, str] = Field(default_factory=dict, description="Environment variables for the engine (logged).")
+    secret_env: list[str] = Field(
+        default_factory=list,
+        description="Names of variables taken from the tuner's environment and passed to the engine, never "
+                    "logged (HF_TOKEN is always treated so).",
+    )
     enqueue: list[dict[str, Choice]] = Field(
         default_factory=list, description="Configs to try first (after the baseline), by param name."
     )
@@ -223,7 +229,9 @@ def _one_line(path: Path, err: ValidationError, model: type[BaseModel]) -> Confi
     msg = first["msg"].removeprefix("Value error, ")
     if first["type"] == "extra_forbidden":
         msg = "unknown field"
-    got = "" if first["type"] in ("missing", "extra_forbidden") else f" (got {first['input']!r})"
+    # A whole mapping as "got" says nothing the message does not: show only plain values.
+    plain = first["type"] not in ("missing", "extra_forbidden") and not isinstance(first["input"], dict)
+    got = f" (got {first['input']!r})" if plain else ""
     if len(got) > 80:
         got = got[:77] + "...)"
     return ConfigError(f"{path}: field '{field}': {msg}{got}")

@@ -18,7 +18,7 @@ from optuna.trial import FrozenTrial, TrialState
 from rich.console import Console
 from rich.table import Table
 
-from autotuner.engines._base import Engine, LaunchContext
+from autotuner.engines._base import Engine
 
 EXPORT_PORT = 8080  # the winner's command listens here, not on the tuner's throw-away port
 
@@ -76,16 +76,6 @@ def summarize(study: optuna.Study, metric: str, top_k: int = 5) -> StudySummary:
         top=rows[:top_k], baseline_value=baseline.value if baseline else None,
         best=rows[0] if rows else None,
     )
-
-
-def best_command(engine: Engine, row: TrialRow, ctx: LaunchContext) -> str:
-    """The winner as a ready-to-run command line."""
-    return engine.build(row.params, ctx).command_line()
-
-
-def export_context(ctx: LaunchContext) -> LaunchContext:
-    return LaunchContext(model_path=ctx.model_path, served_model_name=ctx.served_model_name, port=EXPORT_PORT,
-                         host=ctx.host, binary=ctx.binary, extra_args=ctx.extra_args)
 
 
 def render(summary: StudySummary, engine: Engine, command: str | None, console: Console) -> None:

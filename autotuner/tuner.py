@@ -27,7 +27,8 @@ from autotuner.bench.metrics import LevelResult
 from autotuner.bench.runner import run_level
 from autotuner.bench.workload import Workload
 from autotuner.config import Experiment
-from autotuner.engines._base import Engine, LaunchContext
+from autotuner import secrets
+from autotuner.engines._base import Engine, LaunchContext, LaunchSpec
 from autotuner.launchers._base import Handle, LaunchError, Launcher, free_port
 from autotuner.objective import level_value, trial_value
 from autotuner.interrupts import StopRequests
@@ -80,6 +81,8 @@ class Tuner:
         self.engine_version = self._engine_version()
         self.study = open_study(self.cfg, n_levels=len(self.cfg.load.levels()))
         self._stop = StopRequests()
+        self.secrets = secrets.collect(self.cfg.secret_env)
+        self.redact = secrets.Redactor(self.secrets)
 
     # --- the study --------------------------------------------------------------------------------------
 
@@ -97,7 +100,8 @@ class Tuner:
         if reaped:
             progress.note(f"removed {len(reaped)} engine(s) left by an interrupted run: {', '.join(reaped)}")
         self.tracker.warn = progress.note
-        self.tracker.start_study(self.cfg.study_name, params=self._study_params(), tags=self._common_tags())
+        study_params = {k: self.redact.text(str(v)) for k, v in self._study_params().items()}
+        self.tracker.start_study(self.cfg.study_name, params=study_params, tags=self._common_tags())
         self._sync_tracking(force=True)
         self._enqueue_first_trials()
         deadline = time.monotonic() + timeout_s if timeout_s else None
@@ -171,7 +175,7 @@ class Tuner:
             broken = self._infeasible(params)
             if broken:
                 raise _Failed("infeasible", "; ".join(broken))
-            spec = self.engine.build(params, self.launch_context(free_port()))
+            spec = self.launch_spec(params, free_port())
             command = spec.command_line()
             progress.phase("launching")
             t = time.perf_counter()
@@ -262,6 +266,9 @@ class Tuner:
     def _finish(self, trial: optuna.Trial, run_id: str | None, params: dict[str, Any], result: TrialResult,
                 command: str, trial_dir: Path, timings: dict[str, float], t0: float, progress: Progress) -> None:
         timings["total_s"] = time.perf_counter() - t0
+        result.reason, result.log_tail = self.redact.text(result.reason), self.redact.text(result.log_tail) or ""
+        command = self.redact.text(command) or ""
+        self.redact.file(trial_dir / "server.log")
         level_metrics = result.metrics()
         attrs = {"state": result.state, "command": command, "timings": timings, "levels": level_metrics,
                  "engine_version": self.engine_version}
@@ -309,6 +316,11 @@ class Tuner:
         w = self.cfg.workload
         context = {"input_len": w.input_len, "output_len": w.output_len, "gpus": self.cfg.hardware.gpus}
         return self.space.broken_constraints(params) + self.engine.infeasible(params, context)
+
+    def launch_spec(self, params: dict[str, Any], port: int) -> LaunchSpec:
+        """The engine's launch of `params`, with the experiment's environment and secrets."""
+        spec = self.engine.build(params, self.launch_context(port))
+        return replace(spec, env={**spec.env, **self.cfg.env}, secret_env={**spec.secret_env, **self.secrets})
 
     def launch_context(self, port: int) -> LaunchContext:
         return LaunchContext(model_path=self.exp.model_path, served_model_name=self.cfg.model.name, port=port,

@@ -27,10 +27,13 @@ class LaunchSpec:
     image: str | None = None
     # Environment that only changes what the server logs, not how it runs: left out of command_line().
     log_env: dict[str, str] = field(default_factory=dict)
+    # Passed to the server, never printed: command_line() shows NAME="$NAME" instead of the value.
+    secret_env: dict[str, str] = field(default_factory=dict, repr=False)
 
     def command_line(self) -> str:
-        env = " ".join(f"{k}={shlex.quote(v)}" for k, v in sorted(self.env.items()))
-        return (env + " " if env else "") + shlex.join(self.argv)
+        env = [f"{k}={shlex.quote(v)}" for k, v in sorted(self.env.items())]
+        env += [f'{k}="${k}"' for k in sorted(self.secret_env)]
+        return " ".join([*env, shlex.join(self.argv)])
 
 
 @dataclass(frozen=True)

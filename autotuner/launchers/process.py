@@ -55,7 +55,7 @@ class ProcessLauncher:
         with log_path.open("ab") as log:
             proc = subprocess.Popen(
                 spec.argv, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
-                env={**os.environ, **spec.log_env, **spec.env}, start_new_session=True, preexec_fn=_die_with_parent,
+                env={**os.environ, **spec.log_env, **spec.env, **spec.secret_env}, start_new_session=True, preexec_fn=_die_with_parent,
             )
         self.state_dir.mkdir(parents=True, exist_ok=True)
         pidfile = self.state_dir / f"{proc.pid}.json"

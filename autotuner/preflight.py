@@ -1,0 +1,42 @@
+"""Every check that can be made before anything starts: a wrong file, a param the engine does not
+have, a missing model or secret, an unusable storage. Each failure is one ConfigError line naming the
+file and field (or the resource), and nothing has been started, created or written yet.
+"""
+
+from __future__ import annotations
+
+import os
+
+from autotuner.config import CategoricalParam, ConfigError, Experiment
+from autotuner.engines._base import Engine, EngineError, get_engine
+from autotuner.space import ExpressionError, SearchSpace
+from autotuner.study import check_storage
+
+
+def check(exp: Experiment) -> Engine:
+    """Raise ConfigError for the first problem found; return the experiment's engine adapter."""
+    cfg = exp.config
+    try:
+        engine = get_engine(cfg.engine)
+    except EngineError as e:
+        raise ConfigError(f"{exp.source}: field 'engine': {e}") from None
+    choices = {n: p.choices for n, p in exp.space.params.items() if isinstance(p, CategoricalParam)}
+    try:
+        engine.check_space(list(exp.space.params), choices)
+    except EngineError as e:
+        raise ConfigError(f"{exp.space_path}: field 'params': {e}") from None
+    try:
+        space = SearchSpace(exp.space)
+    except ExpressionError as e:
+        raise ConfigError(f"{exp.space_path}: {e}") from None
+    for i, params in enumerate(cfg.enqueue):
+        if why := space.contains(params):
+            raise ConfigError(f"{exp.source}: field 'enqueue.{i}': {why}")
+    for name in cfg.secret_env:
+        if name not in os.environ:
+            raise ConfigError(f"{exp.source}: field 'secret_env': {name} is not set in the environment")
+    if not exp.model_path.exists():
+        raise ConfigError(f"{exp.source}: field 'model.path': not found: {exp.model_path} "
+                          "(scripts/setup.sh makes the quickstart model)")
+    check_storage(cfg.study.storage)
+    return engine
