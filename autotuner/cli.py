@@ -28,6 +28,9 @@ def run(
                                     help="Experiment file (YAML)."),
     trials: int = typer.Option(20, "--trials", "-n", min=1, help="Trials to run in this invocation (more, on resume)."),
     timeout: Optional[float] = typer.Option(None, "--timeout", min=1, help="Stop starting trials after this many seconds."),
+    target: Optional[float] = typer.Option(None, "--target", help="End the study once the objective reaches this value."),
+    patience: Optional[int] = typer.Option(None, "--patience", min=1,
+                                           help="End the study when the best has not improved beyond noise for this many trials."),
     storage: Optional[str] = typer.Option(None, "--storage", help="Optuna storage URL (overrides the experiment)."),
     tracking_uri: Optional[str] = typer.Option(None, "--tracking-uri", envvar="MLFLOW_TRACKING_URI",
                                                help="MLflow tracking URI (default: local store under mlruns/)."),
@@ -40,9 +43,7 @@ def run(
 
     try:
         exp = load_experiment(experiment)
-        if storage:
-            exp = exp.model_copy(update={"config": exp.config.model_copy(
-                update={"study": exp.config.study.model_copy(update={"storage": storage})})})
+        exp = _override(exp, study={"storage": storage}, stop={"target": target, "patience": patience})
         tuner = _make_tuner(exp, tracking_uri, results)
     except ConfigError as e:
         _fail(str(e))
@@ -66,6 +67,16 @@ def run(
     path = report.write_best(summary, command, tuner.workdir)
     if path:
         console.print(f"Saved {path}")
+
+
+def _override(exp, **sections: dict):
+    """The experiment with command-line values (those given) replacing the file's."""
+    cfg = exp.config
+    for section, values in sections.items():
+        given = {k: v for k, v in values.items() if v is not None}
+        if given:
+            cfg = cfg.model_copy(update={section: getattr(cfg, section).model_copy(update=given)})
+    return exp.model_copy(update={"config": cfg})
 
 
 def _make_tuner(exp, tracking_uri: Optional[str], results: Path):

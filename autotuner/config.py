@@ -7,6 +7,7 @@ folder of the file that names them, so an experiment works from any working dire
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 from typing import Annotated, Any, Literal, Union
 
@@ -122,6 +123,8 @@ class LoadConfig(_Strict):
 
     max_concurrency: list[int] | None = Field(None, min_length=1)
     request_rate: list[float] | None = Field(None, min_length=1)
+    stop_at_saturation: bool = Field(True, description="End the sweep when more load stops raising throughput.")
+    saturation_gain: float = Field(0.05, ge=0, description="Relative throughput gain a higher level must show.")
 
     @model_validator(mode="after")
     def _one_kind(self) -> LoadConfig:
@@ -142,6 +145,18 @@ class ObjectiveConfig(_Strict):
     metric: str = Field("output_tok_per_s", description="LevelResult metric to optimize (best level).")
     direction: Literal["maximize", "minimize"] = "maximize"
     max_error_rate: float = Field(0.05, ge=0, le=1, description="A level with more failed requests fails the trial.")
+    slo: dict[str, float] = Field(
+        default_factory=dict,
+        description="Upper limits on level metrics (e.g. ttft_ms_p99: 2000); only levels that meet all count.")
+
+    @field_validator("slo")
+    @classmethod
+    def _latency_metrics(cls, slo: dict[str, float]) -> dict[str, float]:
+        for name in slo:
+            if not re.fullmatch(r"(ttft|tpot|itl|e2e)_ms_(mean|p50|p90|p99|max)|error_rate", name):
+                raise ValueError(f"'{name}' is not a latency metric (e.g. ttft_ms_p99, tpot_ms_p90, itl_ms_p99, "
+                                 "e2e_ms_p50, error_rate)")
+        return slo
 
 
 class StudyConfig(_Strict):
@@ -151,6 +166,23 @@ class StudyConfig(_Strict):
     pruner: Literal["none", "median", "wilcoxon", "hyperband"] = "none"
     seed: int | None = 0
     baseline: bool = Field(True, description="Run the engine's defaults as the first trial.")
+
+
+class StopConfig(_Strict):
+    """When the study ends before its trial budget."""
+
+    target: float | None = Field(None, description="An objective value that ends the study once reached.")
+    patience: int | None = Field(
+        None, gt=0, description="Stop when the best has not improved by more than the noise for this many trials.")
+    min_improvement: float = Field(
+        0.05, ge=0, le=1, description="Relative noise floor used until repeated measurements give a better one.")
+
+
+class ConfirmConfig(_Strict):
+    """Re-measuring the best configurations at the end, so the winner is not a lucky measurement."""
+
+    top_k: int = Field(0, ge=0, description="How many of the best configurations to launch again (0: none).")
+    repeats: int = Field(2, ge=1, description="Extra measurements of each.")
 
 
 class TrackingConfig(_Strict):
@@ -168,6 +200,8 @@ class ExperimentConfig(_Strict):
     load: LoadConfig = LoadConfig(max_concurrency=[16])
     objective: ObjectiveConfig = ObjectiveConfig()
     study: StudyConfig = StudyConfig()
+    stop: StopConfig = StopConfig()
+    confirm: ConfirmConfig = ConfirmConfig()
     tracking: TrackingConfig = TrackingConfig()
     startup_timeout_s: float = Field(120.0, gt=0, description="Longest wait for the engine to be ready.")
     engine_args: list[str] = Field(

@@ -19,9 +19,30 @@ def level_value(metrics: Mapping[str, float], objective: ObjectiveConfig) -> flo
                        f"(metrics: {', '.join(sorted(metrics))})") from None
 
 
+class SloViolated(ValueError):
+    """No load level met the SLO: the configuration cannot serve this workload as required."""
+
+
+def slo_violations(metrics: Mapping[str, float], slo: Mapping[str, float]) -> list[str]:
+    """The SLO limits this level breaks, e.g. ["ttft_ms_p99 3120.5 > 2000"]."""
+    return [f"{name} {metrics[name]:.1f} > {limit:g}" for name, limit in slo.items()
+            if name in metrics and not metrics[name] <= limit]  # NaN (nothing measured) breaks it too
+
+
 def trial_value(levels: Sequence[Mapping[str, float]], objective: ObjectiveConfig) -> float:
-    """The best level's value under the objective's direction."""
+    """The best value among the levels that meet the SLO (all levels when there is none)."""
     if not levels:
         raise ValueError("a trial without measured levels has no value")
-    values = [level_value(m, objective) for m in levels]
+    valid = [m for m in levels if not slo_violations(m, objective.slo)]
+    if not valid:
+        raise SloViolated("no load level met the SLO: " + "; ".join(slo_violations(levels[0], objective.slo)))
+    values = [level_value(m, objective) for m in valid]
     return max(values) if objective.direction == "maximize" else min(values)
+
+
+def saturated(throughputs: Sequence[float], min_gain: float) -> bool:
+    """True when the last level's throughput did not beat the best before it by `min_gain` (relative):
+    more load no longer buys throughput, so higher levels would only measure queueing."""
+    if len(throughputs) < 2:
+        return False
+    return not throughputs[-1] > max(throughputs[:-1]) * (1 + min_gain)

@@ -13,14 +13,20 @@ import optuna
 
 from autotuner import recovery
 from autotuner.config import ConfigError, ExperimentConfig
+from autotuner.sampling import FailureAwareSampler
 
 
 def make_sampler(name: str, seed: int | None) -> optuna.samplers.BaseSampler:
+    """Optuna's sampler of that name; all but random search learn from failed configurations."""
+    if name == "random":
+        return optuna.samplers.RandomSampler(seed=seed)
+    return FailureAwareSampler(_base_sampler(name, seed))
+
+
+def _base_sampler(name: str, seed: int | None) -> optuna.samplers.BaseSampler:
     if name == "tpe":
         # multivariate: llama.cpp's knobs interact (slots x batch x threads); constant_liar: parallel workers.
         return optuna.samplers.TPESampler(seed=seed, multivariate=True, constant_liar=True, n_startup_trials=5)
-    if name == "random":
-        return optuna.samplers.RandomSampler(seed=seed)
     if name == "gp":
         return optuna.samplers.GPSampler(seed=seed)
     if name == "nsga2":

@@ -27,12 +27,13 @@ from autotuner.bench.metrics import LevelResult
 from autotuner.bench.runner import run_level
 from autotuner.bench.workload import Workload
 from autotuner.config import Experiment
-from autotuner import secrets
+from autotuner import secrets, stopping
 from autotuner.engines._base import Engine, LaunchContext, LaunchSpec
 from autotuner.launchers._base import Handle, LaunchError, Launcher, free_port
-from autotuner.objective import level_value, trial_value
+from autotuner.objective import SloViolated, level_value, saturated, slo_violations, trial_value
 from autotuner.interrupts import StopRequests
 from autotuner.progress import Progress
+from autotuner.sampling import FAILURE_CONSTRAINT
 from autotuner.recovery import WORKER_ATTR, Heartbeat, recover_stale_trials, this_worker
 from autotuner.space import SearchSpace
 from autotuner.study import best_trial, open_study
@@ -116,6 +117,12 @@ class Tuner:
                         progress.note(f"time budget of {timeout_s:g} s spent after {index - 1} trial(s)")
                         break
                     self._run_trial(index, progress)
+                    if decision := self._stop_decision():
+                        progress.note(f"stopping: {decision.message}")
+                        self.study.set_user_attr("stop_reason", decision.message)
+                        break
+                if not self._stop.requested and self.cfg.confirm.top_k:
+                    self._confirm(progress)
             except KeyboardInterrupt:
                 self.tracker.end_study("KILLED")
                 raise
@@ -125,6 +132,56 @@ class Tuner:
             raise KeyboardInterrupt
         self.tracker.end_study("FINISHED")
         return self.study
+
+    def _stop_decision(self) -> stopping.StopDecision | None:
+        finished = self.study.get_trials(deepcopy=False, states=(TrialState.COMPLETE, TrialState.FAIL, TrialState.PRUNED))
+        values = [t.value if t.state == TrialState.COMPLETE else None for t in sorted(finished, key=lambda t: t.number)]
+        noise = max(self.cfg.stop.min_improvement, stopping.relative_noise(self._repeats()) or 0.0)
+        return stopping.decide(values, self.cfg.objective.direction, target=self.cfg.stop.target,
+                               patience=self.cfg.stop.patience, noise=noise)
+
+    def _repeats(self) -> dict[str, list[float]]:
+        """Every configuration measured more than once: in trials (retries) and in confirmations."""
+        groups: dict[str, list[float]] = {}
+        for t in self.study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,)):
+            if t.user_attrs.get("reused_from") is None and t.value is not None:
+                key = json.dumps([bool(t.user_attrs.get("baseline")), t.params], sort_keys=True)
+                groups.setdefault(key, []).append(t.value)
+        for number, values in (self.study.user_attrs.get("confirmation") or {}).items():
+            trial = self.study.trials[int(number)]
+            key = json.dumps([bool(trial.user_attrs.get("baseline")), trial.params], sort_keys=True)
+            groups.setdefault(key, []).extend(v for v in values if v is not None)
+        return groups
+
+    def _confirm(self, progress: Progress) -> None:
+        """Launch the top configurations again and measure each `repeats` more times (resumable)."""
+        c = self.cfg.confirm
+        sign = 1 if self.cfg.objective.direction == "maximize" else -1
+        seen, top = set(), []
+        for t in sorted(self.study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,)),
+                        key=lambda t: -sign * t.value):
+            key = json.dumps([bool(t.user_attrs.get("baseline")), t.params], sort_keys=True)
+            if key not in seen:
+                seen.add(key)
+                top.append(t)
+        done: dict[str, list[float | None]] = dict(self.study.user_attrs.get("confirmation") or {})
+        for rank, t in enumerate(top[:c.top_k], start=1):
+            values = list(done.get(str(t.number), []))
+            while len(values) < c.repeats:
+                if self._stop.requested:
+                    return
+                progress.note(f"confirming trial #{t.number} ({rank}/{min(c.top_k, len(top))}), "
+                              f"measurement {len(values) + 2} of {c.repeats + 1}")
+                timings: dict[str, float] = {}
+                label = f"confirm-{t.number:04d}-{len(values) + 1}"
+                _, result = self._launch_and_measure(None, {} if t.user_attrs.get("baseline") else dict(t.params),
+                                                     None, self.workdir / label, progress, timings, label)
+                values.append(result.value if result.state == "COMPLETE" else None)
+                done[str(t.number)] = values
+                self.study.set_user_attr("confirmation", done)
+                shown = f"{result.value:,.1f}" if result.value is not None else f"{result.failure_class}: {result.reason}"
+                progress.note(f"    trial #{t.number} again: {shown} (first: {t.value:,.1f})")
+        self.tracker.log_study(artifacts={"confirmation.json": json.dumps(done, indent=2)})
 
     def _enqueue_first_trials(self) -> None:
         trials = self.study.get_trials(deepcopy=False)
@@ -166,9 +223,11 @@ class Tuner:
         if stop_now:
             raise KeyboardInterrupt
 
-    def _launch_and_measure(self, trial: optuna.Trial, params: dict[str, Any], run_id: str | None, trial_dir: Path,
-                            progress: Progress, timings: dict[str, float]) -> tuple[str, TrialResult]:
-        """Launch, wait, measure; the engine is stopped on every way out, exceptions included."""
+    def _launch_and_measure(self, trial: optuna.Trial | None, params: dict[str, Any], run_id: str | None,
+                            trial_dir: Path, progress: Progress, timings: dict[str, float],
+                            label: str | None = None) -> tuple[str, TrialResult]:
+        """Launch, wait, measure; the engine is stopped on every way out, exceptions included.
+        `trial` None: a confirmation measurement, reported to no trial."""
         handle: Handle | None = None
         command = ""
         try:
@@ -179,7 +238,8 @@ class Tuner:
             command = spec.command_line()
             progress.phase("launching")
             t = time.perf_counter()
-            handle = self.launcher.start(spec, trial_dir / "server.log", {**self.labels, "autotuner.trial": str(trial.number)})
+            labels = {**self.labels, "autotuner.trial": label or str(trial.number if trial else "")}
+            handle = self.launcher.start(spec, trial_dir / "server.log", labels)
             try:
                 self.launcher.wait_ready(handle, self.cfg.startup_timeout_s)
             except LaunchError as e:
@@ -223,7 +283,7 @@ class Tuner:
         attrs = {k: trial.user_attrs[k] for k in ("baseline", "enqueued") if k in trial.user_attrs}
         self.study.enqueue_trial(params, user_attrs={**attrs, "retry_of": trial.number})
 
-    async def _measure(self, handle: Handle, trial: optuna.Trial, run_id: str | None, progress: Progress,
+    async def _measure(self, handle: Handle, trial: optuna.Trial | None, run_id: str | None, progress: Progress,
                        timings: dict[str, float]) -> TrialResult:
         w = self.cfg.workload
         workload = Workload(endpoint=w.endpoint, num_prompts=w.num_prompts, input_len=w.input_len,
@@ -254,14 +314,23 @@ class Tuner:
                 sample = "; ".join(list(result.error_samples)[:3])
                 raise _Failed("client-errors", f"{metrics['error_rate']:.0%} of requests failed at "
                               f"{_level_text(level)}: {sample}", self.launcher.logs(handle, LOG_TAIL_LINES))
-            trial.report(level_value(metrics, self.cfg.objective), step)
-            if trial.should_prune():
-                return TrialResult("PRUNED", levels=results, reason=f"pruned after {_level_text(level)}")
-            if self._stop.requested and step + 1 < len(levels):
+            more = step + 1 < len(levels)
+            if trial is not None and not slo_violations(metrics, self.cfg.objective.slo):
+                trial.report(level_value(metrics, self.cfg.objective), step)
+                if trial.should_prune():
+                    return TrialResult("PRUNED", levels=results, reason=f"pruned after {_level_text(level)}")
+            if self._stop.requested and more:
                 return TrialResult("FAIL", levels=results, failure_class="interrupted",
                                    reason=f"stopped by {self._stop.requested} after {_level_text(level)}")
-        return TrialResult("COMPLETE", value=trial_value([r.metrics() for r in results], self.cfg.objective),
-                           levels=results)
+            if more and self.cfg.load.stop_at_saturation and saturated(
+                    [r.output_tok_per_s for r in results], self.cfg.load.saturation_gain):
+                progress.phase(f"saturated at {_level_text(level)}: higher loads skipped")
+                break
+        try:
+            value = trial_value([r.metrics() for r in results], self.cfg.objective)
+        except SloViolated as e:
+            return TrialResult("FAIL", levels=results, failure_class="slo-violated", reason=str(e))
+        return TrialResult("COMPLETE", value=value, levels=results)
 
     def _finish(self, trial: optuna.Trial, run_id: str | None, params: dict[str, Any], result: TrialResult,
                 command: str, trial_dir: Path, timings: dict[str, float], t0: float, progress: Progress) -> None:
@@ -277,6 +346,8 @@ class Tuner:
                      log_tail=result.log_tail[-4000:] or None, reused_from=result.reused_from)
         for key, value in attrs.items():
             trial.set_user_attr(key, value)
+        if result.state == "FAIL" and result.failure_class != "interrupted":
+            trial.set_constraint(FAILURE_CONSTRAINT, 1.0)  # the sampler learns where configs fail
         if result.state == "COMPLETE":
             self.study.tell(trial, result.value)
         else:

@@ -1,0 +1,60 @@
+"""Search that earns its keep, on the real llama-server: a load sweep inside each trial, a pruner that
+stops a bad trial mid-sweep, a crash region that is not launched again, and a study that stops by
+convergence before its trial budget, then confirms its best configurations."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from optuna.trial import TrialState
+
+from autotuner.config import load_experiment
+from autotuner.engines._base import get_engine
+from autotuner.launchers.process import ProcessLauncher
+from autotuner.progress import Progress
+from autotuner.tracking import MlflowTracker
+from autotuner.tuner import Tuner
+
+pytestmark = pytest.mark.engine
+
+
+def test_sweep_prune_crash_awareness_convergence_and_confirmation(tmp_path, tiny_model, llama_server):
+    (tmp_path / "s.yaml").write_text(
+        "engine: llamacpp\nparams:\n  parallel: {type: categorical, choices: [1, 2, 4, 16]}\n"
+        "  batch_size: {type: categorical, choices: [8, 512]}\n")
+    (tmp_path / "exp.yaml").write_text(f"""\
+name: search
+engine: llamacpp
+model: {{path: {tiny_model}}}
+search_space: s.yaml
+workload: {{num_prompts: 24, input_len: 8, output_len: 24, warmup_requests: 2}}
+load: {{max_concurrency: [4, 8], saturation_gain: 0.0}}
+objective: {{slo: {{ttft_ms_p99: 60000}}}}
+study: {{storage: "sqlite:///{tmp_path}/study.db", pruner: median, seed: 3}}
+stop: {{patience: 3, min_improvement: 0.5}}
+confirm: {{top_k: 2, repeats: 1}}
+enqueue:
+  - {{parallel: 4, batch_size: 512}}
+  - {{parallel: 2, batch_size: 512}}
+  - {{parallel: 16, batch_size: 8}}    # llama.cpp aborts: more slots than the batch
+  - {{parallel: 1, batch_size: 512}}   # a quarter of the slots: below the median at the first level
+""")
+    exp = load_experiment(tmp_path / "exp.yaml")
+    tuner = Tuner(exp, engine=get_engine("llamacpp"), launcher=ProcessLauncher(tmp_path / "procs"),
+                  tracker=MlflowTracker(root=tmp_path / "mlruns"), results_dir=tmp_path / "results",
+                  binary=llama_server, progress=lambda n: Progress(n, "output_tok_per_s"))
+    study = tuner.run(30)
+    trials = study.get_trials()
+
+    assert len(trials) < 30 and "converged" in study.user_attrs["stop_reason"]
+    crash = [t for t in trials if t.params == {"parallel": 16, "batch_size": 8}]
+    assert crash[0].state == TrialState.FAIL and crash[0].user_attrs["failure_class"] == "assert"
+    launched_crashes = [t for t in crash if t.user_attrs.get("reused_from") is None]
+    assert len(launched_crashes) == 1  # the crash region is never launched again
+    pruned = [t for t in trials if t.state == TrialState.PRUNED]
+    assert pruned and all(len(t.intermediate_values) == 1 for t in pruned)  # stopped after the first level
+    swept = [t for t in trials if t.state == TrialState.COMPLETE and t.user_attrs.get("reused_from") is None]
+    assert all(len(t.user_attrs["levels"]) == 2 for t in swept)  # both levels in one launch
+    confirmation = study.user_attrs["confirmation"]
+    assert len(confirmation) == 2 and all(len(v) == 1 and v[0] > 0 for v in confirmation.values())
