@@ -8,6 +8,7 @@ or write.
 from __future__ import annotations
 
 import json
+import statistics
 from collections import Counter
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -26,10 +27,25 @@ EXPORT_PORT = 8080  # the winner's command listens here, not on the tuner's thro
 @dataclass
 class TrialRow:
     number: int
-    value: float
+    value: float  # the trial's own measurement
     params: dict[str, Any]
     baseline: bool
     metrics: dict[str, float]
+    repeats: list[float] = field(default_factory=list)  # confirmation measurements
+
+    @property
+    def measurements(self) -> list[float]:
+        return [self.value, *self.repeats]
+
+    @property
+    def median(self) -> float:
+        return statistics.median(self.measurements)
+
+    @property
+    def spread(self) -> float | None:
+        """(max - min) / median over the measurements; None for a single one."""
+        m = self.measurements
+        return (max(m) - min(m)) / self.median if len(m) > 1 and self.median else None
 
 
 @dataclass
@@ -42,13 +58,22 @@ class StudySummary:
     top: list[TrialRow] = field(default_factory=list)
     baseline_value: float | None = None
     best: TrialRow | None = None
+    stop_reason: str | None = None
+
+    @property
+    def top_two_within_noise(self) -> bool:
+        """The best two overlap: their measured ranges touch, so the order between them is not settled."""
+        if len(self.top) < 2 or self.top[0].spread is None or self.top[1].spread is None:
+            return False
+        a, b = self.top[0].measurements, self.top[1].measurements
+        return min(a) <= max(b) and min(b) <= max(a)
 
     @property
     def gain(self) -> float | None:
         """Relative improvement of the best over the baseline (0.25 = 25% better)."""
         if self.best is None or not self.baseline_value:
             return None
-        ratio = self.best.value / self.baseline_value
+        ratio = self.best.median / self.baseline_value
         return ratio - 1 if self.direction == "maximize" else 1 - ratio
 
 
@@ -65,16 +90,21 @@ def summarize(study: optuna.Study, metric: str, top_k: int = 5) -> StudySummary:
     direction = "maximize" if study.direction == optuna.study.StudyDirection.MAXIMIZE else "minimize"
     complete = [t for t in trials if t.state == TrialState.COMPLETE and t.value is not None]
     complete.sort(key=lambda t: t.value, reverse=direction == "maximize")
+    confirmation = study.user_attrs.get("confirmation") or {}
     rows = [TrialRow(t.number, t.value, dict(t.params), bool(t.user_attrs.get("baseline")),
-                     _best_level(t, metric, direction)) for t in complete]
+                     _best_level(t, metric, direction),
+                     [v for v in confirmation.get(str(t.number), []) if v is not None])
+            for t in complete if t.user_attrs.get("reused_from") is None]
+    # The winner is the best median: a configuration measured again is judged by all its measurements.
+    rows.sort(key=lambda r: r.median, reverse=direction == "maximize")
     baseline = next((r for r in rows if r.baseline), None)
     return StudySummary(
         study_name=study.study_name, metric=metric, direction=direction,
         counts=dict(Counter(t.state.name for t in trials)),
         failure_classes=dict(Counter(t.user_attrs.get("failure_class", "unknown")
                                      for t in trials if t.state == TrialState.FAIL)),
-        top=rows[:top_k], baseline_value=baseline.value if baseline else None,
-        best=rows[0] if rows else None,
+        top=rows[:top_k], baseline_value=baseline.median if baseline else None,
+        best=rows[0] if rows else None, stop_reason=study.user_attrs.get("stop_reason"),
     )
 
 
@@ -83,12 +113,14 @@ def render(summary: StudySummary, engine: Engine, command: str | None, console: 
     table = Table(title=f"Best trials of study '{summary.study_name}' ({summary.direction} {m})")
     table.add_column("trial", justify="right")
     table.add_column(m, justify="right")
+    table.add_column("spread", justify="right")
     for col in ("ttft_ms_p99", "tpot_ms_p50", "e2e_ms_p99"):
         table.add_column(col, justify="right")
     table.add_column("config", overflow="fold")
     for row in summary.top:
         config = "engine defaults (baseline)" if row.baseline else " ".join(engine.tuning_args(row.params))
-        table.add_row(str(row.number), f"{row.value:,.1f}",
+        spread = f"±{row.spread / 2:.0%} (n={len(row.measurements)})" if row.spread is not None else "-"
+        table.add_row(str(row.number), f"{row.median:,.1f}", spread,
                       *(f"{row.metrics[c]:,.1f}" if c in row.metrics else "-" for c in ("ttft_ms_p99", "tpot_ms_p50", "e2e_ms_p99")),
                       config)
     console.print(table)
@@ -98,12 +130,17 @@ def render(summary: StudySummary, engine: Engine, command: str | None, console: 
     if summary.best is None:
         console.print("[red]No trial completed: nothing to recommend yet.[/]")
         return
+    if summary.stop_reason:
+        console.print(f"Stopped early: {summary.stop_reason}", soft_wrap=True)
+    if summary.top_two_within_noise:
+        console.print(f"[yellow]The top two (#{summary.top[0].number} and #{summary.top[1].number}) are within "
+                      "measurement noise of each other: either is a sound choice.[/]", soft_wrap=True)
     if summary.baseline_value is not None and summary.gain is not None:
-        console.print(f"Best: trial #{summary.best.number} at {summary.best.value:,.1f} {m}, "
+        console.print(f"Best: trial #{summary.best.number} at {summary.best.median:,.1f} {m}, "
                       f"baseline {summary.baseline_value:,.1f}: [bold]{summary.gain:+.1%}[/] over the engine defaults",
                       soft_wrap=True)
     else:
-        console.print(f"Best: trial #{summary.best.number} at {summary.best.value:,.1f} {m} (no baseline measured)",
+        console.print(f"Best: trial #{summary.best.number} at {summary.best.median:,.1f} {m} (no baseline measured)",
                       soft_wrap=True)
     if command:
         console.print("Run the best configuration with:")
