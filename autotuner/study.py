@@ -11,7 +11,7 @@ from pathlib import Path
 
 import optuna
 
-from autotuner import recovery
+from autotuner import locks, recovery
 from autotuner.config import ConfigError, ExperimentConfig
 from autotuner.sampling import FailureAwareSampler
 
@@ -59,17 +59,17 @@ def open_study(cfg: ExperimentConfig, n_levels: int) -> optuna.Study:
     check_storage(cfg.study.storage)
     optuna.logging.set_verbosity(optuna.logging.WARNING)
     try:
-        with warnings.catch_warnings():  # heartbeats are "experimental" in Optuna 5; they are what we need
-            warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
+        with warnings.catch_warnings(), locks.creating(cfg.study.storage):
+            warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)  # heartbeats: what we need
             storage = optuna.storages.RDBStorage(
                 cfg.study.storage, heartbeat_interval=recovery.HEARTBEAT_INTERVAL_S,
                 grace_period=recovery.GRACE_PERIOD_S, heartbeat_stale_trial_callback=recovery.retry_callback(),
             )
-        study = optuna.create_study(
-            study_name=cfg.study_name, storage=storage, load_if_exists=True,
-            direction=cfg.objective.direction, sampler=make_sampler(cfg.study.sampler, cfg.study.seed),
-            pruner=make_pruner(cfg.study.pruner, n_levels),
-        )
+            study = optuna.create_study(
+                study_name=cfg.study_name, storage=storage, load_if_exists=True,
+                direction=cfg.objective.direction, sampler=make_sampler(cfg.study.sampler, cfg.study.seed),
+                pruner=make_pruner(cfg.study.pruner, n_levels),
+            )
     except ImportError as e:
         raise ConfigError(f"study.storage: cannot open {cfg.study.storage}: {e}") from None
     except Exception as e:  # SQLAlchemy's errors for unreachable or malformed URLs

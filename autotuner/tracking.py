@@ -24,6 +24,8 @@ from typing import Any, TypeVar
 from optuna.trial import FrozenTrial
 from tenacity import Retrying, stop_after_attempt, wait_exponential
 
+from autotuner import locks
+
 LEVEL_PREFIX = "level/"  # per-load-level series (step = level index); plain names hold the trial's result
 STUDY_TAG = "autotuner.study"
 ROLE_TAG = "autotuner.role"
@@ -102,17 +104,19 @@ class MlflowTracker:
         _quiet()
         from mlflow.tracking import MlflowClient
 
-        self.uri = uri or default_tracking_uri(root)
-        self._artifact_root = (root / "artifacts").resolve() if uri is None else None
-        if uri is None:
-            root.mkdir(parents=True, exist_ok=True)
-        self.client = MlflowClient(tracking_uri=self.uri)
-        self.parent_run_id: str | None = None
-        self.experiment_id: str | None = None
         self.warn = warn
         self.available = True
         self.missed = False  # something was not logged: backfill once the server is back
         self._attempts = attempts
+        self.uri = uri or default_tracking_uri(root)
+        self._artifact_root = (root / "artifacts").resolve() if uri is None else None
+        if uri is None:
+            root.mkdir(parents=True, exist_ok=True)
+        with locks.creating(self.uri):  # opening a new store migrates its schema: one tuner at a time
+            self.client = MlflowClient(tracking_uri=self.uri)
+            self._safe("open the store", lambda: self.client.search_experiments(max_results=1))
+        self.parent_run_id: str | None = None
+        self.experiment_id: str | None = None
         self._study: tuple[str, Mapping[str, Any], Mapping[str, str]] | None = None
 
     # --- resilience -----------------------------------------------------------------------------------

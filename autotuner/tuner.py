@@ -27,7 +27,7 @@ from autotuner.bench.metrics import LevelResult
 from autotuner.bench.runner import run_level
 from autotuner.bench.workload import Workload
 from autotuner.config import Experiment
-from autotuner import secrets, stopping
+from autotuner import locks, secrets, stopping
 from autotuner.engines._base import Engine, LaunchContext, LaunchSpec
 from autotuner.launchers._base import Handle, LaunchError, Launcher, free_port
 from autotuner.objective import SloViolated, level_value, saturated, slo_violations, trial_value
@@ -104,7 +104,8 @@ class Tuner:
         study_params = {k: self.redact.text(str(v)) for k, v in self._study_params().items()}
         self.tracker.start_study(self.cfg.study_name, params=study_params, tags=self._common_tags())
         self._sync_tracking(force=True)
-        self._enqueue_first_trials()
+        with locks.creating(self.cfg.study.storage):  # two tuners starting at once queue the baseline once
+            self._enqueue_first_trials()
         deadline = time.monotonic() + timeout_s if timeout_s else None
         self._stop = StopRequests(on_first=lambda name: progress.note(
             f"{name}: finishing the measurement under way, then stopping (again to stop at once)"))
@@ -186,7 +187,8 @@ class Tuner:
     def _enqueue_first_trials(self) -> None:
         trials = self.study.get_trials(deepcopy=False)
         if self.cfg.study.baseline and not any(t.user_attrs.get("baseline") for t in trials):
-            self.study.enqueue_trial({}, user_attrs={"baseline": True})
+            # skip_if_exists: a second tuner starting on the same study at once must not queue it twice
+            self.study.enqueue_trial({}, user_attrs={"baseline": True}, skip_if_exists=True)
         for params in self.cfg.enqueue:
             self.study.enqueue_trial(dict(params), user_attrs={"enqueued": True}, skip_if_exists=True)
 

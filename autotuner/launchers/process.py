@@ -60,7 +60,8 @@ class ProcessLauncher:
         self.state_dir.mkdir(parents=True, exist_ok=True)
         pidfile = self.state_dir / f"{proc.pid}.json"
         pidfile.write_text(json.dumps({"pid": proc.pid, "start": _start_time(proc.pid), "labels": labels,
-                                       "argv0": spec.argv[0]}))
+                                       "argv0": spec.argv[0], "owner": os.getpid(),
+                                       "owner_start": _start_time(os.getpid())}))
         return Handle(spec=spec, base_url=f"http://127.0.0.1:{spec.port}", log_path=log_path, pid=proc.pid,
                       info={"popen": proc, "pidfile": pidfile})
 
@@ -109,7 +110,7 @@ class ProcessLauncher:
         handle.info["pidfile"].unlink(missing_ok=True)
 
     def reap(self, labels: dict[str, str]) -> list[str]:
-        """Kill servers a previous tuner started with these labels and that still run; return their PIDs."""
+        """Kill servers with these labels whose tuner is gone but that still run; return their PIDs."""
         reaped = []
         for pidfile in sorted(self.state_dir.glob("*.json")) if self.state_dir.is_dir() else []:
             try:
@@ -118,6 +119,9 @@ class ProcessLauncher:
                 continue
             if any(entry.get("labels", {}).get(k) != v for k, v in labels.items()):
                 continue
+            owner = entry.get("owner")
+            if owner and _start_time(owner) == entry.get("owner_start"):
+                continue  # its tuner still runs (another worker on this study): not a leftover
             pid = entry["pid"]
             if entry.get("start") and _start_time(pid) == entry["start"]:
                 _kill_group(pid, signal.SIGKILL)

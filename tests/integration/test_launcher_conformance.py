@@ -100,7 +100,17 @@ def test_reap_kills_only_this_studys_leftovers(tmp_path):
     a = ours.start(python_spec(code, free_port()), tmp_path / "a.log", LABELS)
     b = theirs.start(python_spec(code, free_port()), tmp_path / "b.log", {"autotuner.study": "other"})
     try:
-        # A new launcher (as after a killed tuner) finds the leftover by its labels.
+        # While the tuner that started them lives, nothing is a leftover (another worker's engines).
+        assert ProcessLauncher(state).reap(LABELS) == []
+        assert alive(a.pid)
+        # As after a killed tuner: the owner recorded for `a` is a process that is gone.
+        import json
+        import subprocess
+
+        gone = subprocess.Popen([sys.executable, "-c", "pass"])
+        gone.wait()
+        pidfile = a.info["pidfile"]
+        pidfile.write_text(json.dumps({**json.loads(pidfile.read_text()), "owner": gone.pid}))
         reaped = ProcessLauncher(state).reap(LABELS)
         assert reaped == [str(a.pid)]
         a.info["popen"].wait(5)
