@@ -8,9 +8,8 @@ bench.runner.run_level), one row per config: the config's values, output_tok_per
 The grid (5 x 2 x 2 x 2 x 2 x 2 = 160 configs) covers the knobs that matter on a CPU (slots, threads,
 continuous batching) and some with small effects (flash attention, K-cache type, batch sizes). Batch
 and micro-batch size are one axis of pairs, llama.cpp's default 2048/512 and a tiny 8/8; 8/8 with 16
-slots aborts at start
-(`GGML_ASSERT(n_outputs_max <= cparams.n_outputs_max)`: llama.cpp needs -b >= -np), which gives the
-landscape real failures.
+slots aborts at start (`GGML_ASSERT(n_outputs_max <= cparams.n_outputs_max)`: llama.cpp needs
+-b >= -np), which gives the landscape real failures.
 
 Configs are measured in a shuffled order (so a change of the machine's load over the run is not
 confounded with one param), appended to the CSV as they finish, and skipped when already there, so an
