@@ -249,7 +249,7 @@ class Tuner:
                 raise _Failed(cls or e.failure_class, f"{e}: {line}" if line else str(e), e.log_tail) from None
             timings["ready_s"] = time.perf_counter() - t
             self._check_stop("before warming up")
-            return command, asyncio.run(self._measure(handle, trial, run_id, progress, timings))
+            return command, asyncio.run(self._cancellable(self._measure(handle, trial, run_id, progress, timings)))
         except _Failed as f:
             return command, TrialResult("FAIL", failure_class=f.failure_class, reason=f.reason, log_tail=f.log_tail)
         finally:
@@ -257,6 +257,18 @@ class Tuner:
                 t = time.perf_counter()
                 self.launcher.stop(handle)
                 timings["stop_s"] = time.perf_counter() - t
+
+    async def _cancellable(self, measurement: Any) -> TrialResult:
+        """Run the measurement as a task a second Ctrl-C can cancel (see interrupts.StopRequests)."""
+        self._stop.task = asyncio.current_task()
+        try:
+            return await measurement
+        except asyncio.CancelledError:
+            if self._stop.at_once:
+                raise KeyboardInterrupt from None
+            raise
+        finally:
+            self._stop.task = None
 
     def _check_stop(self, when: str) -> None:
         if self._stop.requested:

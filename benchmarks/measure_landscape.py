@@ -5,11 +5,15 @@ grid below, launched and measured with the project's own pieces (LlamaCppEngine.
 bench.runner.run_level), one row per config: the config's values, output_tok_per_s, ttft_ms_p99, and
 `failed` with the failure's class (a config that aborts at start is data, as in the tuner).
 
-The grid (5 x 2 x 2 x 2 x 2 x 2 = 160 configs) covers the knobs that matter on a CPU (slots, threads,
-continuous batching) and some with small effects (flash attention, K-cache type, batch sizes). Batch
-and micro-batch size are one axis of pairs, llama.cpp's default 2048/512 and a tiny 8/8; 8/8 with 16
-slots aborts at start (`GGML_ASSERT(n_outputs_max <= cparams.n_outputs_max)`: llama.cpp needs
--b >= -np), which gives the landscape real failures.
+The grid (5 x 2 x 2 x 3 x 2 x 2 = 240 configs) covers the knobs that matter on a CPU (slots,
+continuous batching) and some with small effects (flash attention, batch sizes, K-cache type, unified
+KV buffer). Batch and micro-batch size are one axis of pairs (llama.cpp's default 2048/512, 512/128 and
+a tiny 8/8); 8/8 with 16 slots aborts at start (`GGML_ASSERT(n_outputs_max <= cparams.n_outputs_max)`:
+llama.cpp needs -b >= -np), which gives the landscape real failures. Threads are fixed at -t 1: on the
+2-core machine this was measured on, shared with other developers' servers and tests (load average
+5-14), -t 2 was 3-10x slower than -t 1 (its two threads wait on each other at every step while the
+cores are busy elsewhere), and -np 1 -t 2 ran past the 120 s request timeout, so half the grid would
+have taken over an hour to measure and only said "-t 2 is bad here".
 
 Configs are measured in a shuffled order (so a change of the machine's load over the run is not
 confounded with one param), appended to the CSV as they finish, and skipped when already there, so an
@@ -31,6 +35,7 @@ import csv
 import itertools
 import os
 import random
+import signal
 import subprocess
 import sys
 import tempfile
@@ -52,13 +57,15 @@ from autotuner.launchers.process import ProcessLauncher  # noqa: E402
 # The grid: param (the llamacpp adapter's names) -> values. "batch" is -b/-ub as pairs.
 GRID: dict[str, list[Any]] = {
     "parallel": [1, 2, 4, 8, 16],
-    "threads": [1, 2],
+    "threads": [1],
     "cont_batching": [True, False],
     "flash_attn": ["on", "off"],
-    "batch": ["8/8", "2048/512"],
+    "batch": ["8/8", "512/128", "2048/512"],
     "cache_type_k": ["f16", "q8_0"],
+    "kv_unified": [True, False],
 }
-CONFIG_COLUMNS = ["parallel", "threads", "cont_batching", "flash_attn", "batch_size", "ubatch_size", "cache_type_k"]
+CONFIG_COLUMNS = ["parallel", "threads", "cont_batching", "flash_attn", "batch_size", "ubatch_size", "cache_type_k",
+                  "kv_unified"]
 COLUMNS = [*CONFIG_COLUMNS, "output_tok_per_s", "ttft_ms_p99", "failed", "failure", "load1"]
 
 WORKLOAD = Workload(endpoint="completions", num_prompts=16, input_len=16, output_len=16, seed=0)
@@ -141,6 +148,7 @@ def main() -> None:
                     help="the small random-weight model (python -m autotuner.models.tiny_gguf --size small)")
     ap.add_argument("--limit", type=int, default=None, help="measure at most N configs this run")
     args = ap.parse_args()
+    signal.signal(signal.SIGTERM, signal.default_int_handler)  # stop the running server on a plain kill too
     binary = paths.llama_server_binary()
     if binary is None or not args.model.exists():
         raise SystemExit("needs llama-server and the model: run scripts/setup.sh first "

@@ -37,3 +37,12 @@ def tiny_model(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
     path = tmp_path_factory.mktemp("models") / "tiny.gguf"
     return write_tiny_llama_gguf(path, size="tiny", seed=0)
+
+
+@pytest.fixture(scope="session")
+def small_model(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The ~104M-param random-weight llama (214 MB): slow enough that slots and batching matter."""
+    from autotuner.models.tiny_gguf import write_tiny_llama_gguf
+
+    path = tmp_path_factory.mktemp("models") / "small.gguf"
+    return write_tiny_llama_gguf(path, size="small", seed=0)

@@ -19,16 +19,16 @@ from autotuner.tuner import Tuner
 pytestmark = pytest.mark.engine
 
 
-def test_sweep_prune_crash_awareness_convergence_and_confirmation(tmp_path, tiny_model, llama_server):
+def test_sweep_prune_crash_awareness_convergence_and_confirmation(tmp_path, small_model, llama_server):
     (tmp_path / "s.yaml").write_text(
-        "engine: llamacpp\nparams:\n  parallel: {type: categorical, choices: [1, 2, 4, 16]}\n"
+        "engine: llamacpp\nparams:\n  parallel: {type: categorical, choices: [1, 4, 8, 16]}\n"
         "  batch_size: {type: categorical, choices: [8, 512]}\n")
     (tmp_path / "exp.yaml").write_text(f"""\
 name: search
 engine: llamacpp
-model: {{path: {tiny_model}}}
+model: {{path: {small_model}}}
 search_space: s.yaml
-workload: {{num_prompts: 24, input_len: 8, output_len: 24, warmup_requests: 2}}
+workload: {{num_prompts: 12, input_len: 8, output_len: 12, warmup_requests: 2}}
 load: {{max_concurrency: [4, 8], saturation_gain: 0.0}}
 objective: {{slo: {{ttft_ms_p99: 60000}}}}
 study: {{storage: "sqlite:///{tmp_path}/study.db", pruner: median, seed: 3}}
@@ -36,9 +36,9 @@ stop: {{patience: 3, min_improvement: 0.5}}
 confirm: {{top_k: 2, repeats: 1}}
 enqueue:
   - {{parallel: 4, batch_size: 512}}
-  - {{parallel: 2, batch_size: 512}}
+  - {{parallel: 8, batch_size: 512}}
   - {{parallel: 16, batch_size: 8}}    # llama.cpp aborts: more slots than the batch
-  - {{parallel: 1, batch_size: 512}}   # a quarter of the slots: below the median at the first level
+  - {{parallel: 1, batch_size: 512}}   # one slot for 4 clients: far below the median at the first level
 """)
     exp = load_experiment(tmp_path / "exp.yaml")
     tuner = Tuner(exp, engine=get_engine("llamacpp"), launcher=ProcessLauncher(tmp_path / "procs"),

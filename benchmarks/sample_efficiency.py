@@ -1,0 +1,271 @@
+"""How many trials each sampler needs on a real landscape: a measured grid of llama-server configs, replayed.
+
+`benchmarks/measure_landscape.py` measured every config of a grid once on a real llama-server and stored
+the results in `benchmarks/data/llamacpp_landscape.csv`. Here that table is the objective: an Optuna
+study suggests the grid's params (categorical over the values the CSV holds), the objective looks the
+config up and returns its measured output_tok_per_s, and a config that failed when measured is told to
+the study as FAIL, as the tuner does. Each sampler runs `--seeds` studies of `--budget` trials; for each
+the number of trials until the best value so far reaches 95% and 99% of the landscape's best is recorded.
+
+Printed: the landscape's summary (best and worst config, spread, failures, how many configs lie within
+95% / 99% of the best), then a Markdown table per sampler: the median over seeds of the trials needed,
+how many seeds never got there within the budget (counted as never in the median: ">budget" when that
+decides it), the median number of distinct configs launched by then (the tuner reuses a config measured
+before instead of launching it again), and how many times fewer trials than random search that is.
+
+Samplers: `tpe` exactly as autotuner.study.make_sampler builds it (the tuner's default), `gp`
+(optuna's GPSampler; needs torch, which the project does not depend on: skipped with a note when
+missing), `random`, and `grid` (GridSampler over the whole grid, visited in a seeded random order).
+`--variants` adds TPE variants (startup trials, multivariate on/off) for comparison.
+
+    .venv/bin/python benchmarks/sample_efficiency.py [--csv benchmarks/data/llamacpp_landscape.csv]
+        [--budget N] [--seeds 10] [--samplers tpe gp random grid] [--variants]
+
+The replay has no baseline trial and no enqueued configs: only what each sampler proposes. The landscape
+is one noisy measurement per config, so "the best" is partly luck of that measurement; it is the same
+fixed landscape for every sampler, which is what makes the comparison fair. This script measures; it
+never asserts.
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import importlib.util
+import math
+import statistics
+import sys
+import time
+import warnings
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO))
+
+import optuna  # noqa: E402
+from optuna.trial import TrialState  # noqa: E402
+
+from autotuner.study import make_sampler  # noqa: E402
+
+THRESHOLDS = (0.95, 0.99)
+METRIC = "output_tok_per_s"
+
+# CSV column -> how its text becomes the value a trial suggests. batch_size/ubatch_size form one param,
+# "batch" ("2048/512"), as the grid was measured in pairs.
+_CONVERT: dict[str, Callable[[str], Any]] = {
+    "parallel": int, "threads": int, "cont_batching": lambda s: s == "1", "flash_attn": str, "cache_type_k": str,
+    "kv_unified": lambda s: s == "1",
+}
+PARAMS = ["parallel", "threads", "cont_batching", "flash_attn", "batch", "cache_type_k", "kv_unified"]
+
+
+@dataclass(frozen=True)
+class Landscape:
+    """The measured grid: the values of each param, and each config's value (None: it failed).
+
+    Params with one value in the grid (`fixed`) are not suggested: they would change nothing.
+    """
+
+    space: dict[str, list[Any]]
+    fixed: dict[str, Any]
+    values: dict[tuple[Any, ...], float | None]
+    failures: dict[tuple[Any, ...], str]
+
+    @property
+    def best(self) -> tuple[tuple[Any, ...], float]:
+        key = max((k for k, v in self.values.items() if v is not None), key=lambda k: self.values[k])  # type: ignore[arg-type,return-value]
+        return key, self.values[key]  # type: ignore[return-value]
+
+    def value(self, params: dict[str, Any]) -> float | None:
+        return self.values[tuple(params[name] for name in self.space)]
+
+    def describe(self, key: tuple[Any, ...]) -> str:
+        return " ".join(f"{name}={value}" for name, value in zip(self.space, key))
+
+
+def load_landscape(path: Path) -> Landscape:
+    with path.open() as f:
+        rows = list(csv.DictReader(line for line in f if not line.startswith("#")))
+    params: list[dict[str, Any]] = []
+    for row in rows:
+        p = {name: conv(row[name]) for name, conv in _CONVERT.items() if name in row}
+        p["batch"] = f"{row['batch_size']}/{row['ubatch_size']}"
+        params.append(p)
+    names = [n for n in PARAMS if n in params[0]]
+    choices = {n: sorted({p[n] for p in params}, key=lambda v: (isinstance(v, str), v)) for n in names}
+    space = {n: c for n, c in choices.items() if len(c) > 1}
+    fixed = {n: c[0] for n, c in choices.items() if len(c) == 1}
+    values: dict[tuple[Any, ...], float | None] = {}
+    failures: dict[tuple[Any, ...], str] = {}
+    for row, p in zip(rows, params):
+        key = tuple(p[n] for n in space)
+        if row["failed"] == "1":
+            values[key] = None
+            failures[key] = row["failure"]
+        else:
+            values[key] = float(row[METRIC])
+    expected = math.prod(len(v) for v in space.values())
+    if len(values) != expected or len(rows) != expected:
+        raise SystemExit(f"{path}: {len(rows)} rows, but the grid of its values has {expected} configs: "
+                         "finish measuring it first (benchmarks/measure_landscape.py resumes)")
+    return Landscape(space=space, fixed=fixed, values=values, failures=failures)
+
+
+@dataclass
+class Run:
+    """One study: trials (1-based) until each threshold was reached, and configs launched by then."""
+
+    trials_to: dict[float, float]  # inf: not reached within the budget
+    launches_to: dict[float, float]
+
+
+def replay(landscape: Landscape, sampler: optuna.samplers.BaseSampler, budget: int) -> Run:
+    study = optuna.create_study(direction="maximize", sampler=sampler)
+    best_value = landscape.best[1]
+    trials_to = {q: math.inf for q in THRESHOLDS}
+    launches_to = {q: math.inf for q in THRESHOLDS}
+    best_so_far = -math.inf
+    launched: set[tuple[Any, ...]] = set()
+    for n in range(1, budget + 1):
+        trial = study.ask()
+        params = {name: trial.suggest_categorical(name, choices) for name, choices in landscape.space.items()}
+        launched.add(tuple(params.values()))
+        value = landscape.value(params)
+        if value is None:
+            study.tell(trial, state=TrialState.FAIL)
+        else:
+            study.tell(trial, value)
+            best_so_far = max(best_so_far, value)
+        for q in THRESHOLDS:
+            if trials_to[q] == math.inf and best_so_far >= q * best_value:
+                trials_to[q], launches_to[q] = n, len(launched)
+        if all(v != math.inf for v in trials_to.values()):
+            break  # what comes after cannot change the result
+    return Run(trials_to, launches_to)
+
+
+def samplers(landscape: Landscape, names: list[str], variants: bool) -> dict[str, Callable[[int], optuna.samplers.BaseSampler] | str]:
+    """Sampler name -> factory from a seed, or the reason it is skipped."""
+    out: dict[str, Callable[[int], optuna.samplers.BaseSampler] | str] = {}
+    for name in names:
+        if name == "tpe":
+            out["tpe (default)"] = lambda seed: make_sampler("tpe", seed)
+        elif name == "gp":
+            if importlib.util.find_spec("torch") is None:
+                out["gp"] = "skipped: optuna.samplers.GPSampler needs torch, which is not installed here"
+            else:
+                out["gp"] = lambda seed: make_sampler("gp", seed)
+        elif name == "random":
+            out["random"] = lambda seed: make_sampler("random", seed)
+        elif name == "grid":
+            out["grid"] = lambda seed: optuna.samplers.GridSampler(landscape.space, seed=seed)
+        else:
+            raise SystemExit(f"unknown sampler '{name}' (samplers: tpe, gp, random, grid)")
+    if variants:
+        tpe = optuna.samplers.TPESampler
+        out.update({
+            "tpe startup 10": lambda s: tpe(seed=s, multivariate=True, constant_liar=True, n_startup_trials=10),
+            "tpe startup 3": lambda s: tpe(seed=s, multivariate=True, constant_liar=True, n_startup_trials=3),
+            "tpe univariate": lambda s: tpe(seed=s, multivariate=False, constant_liar=True, n_startup_trials=5),
+            "tpe multivariate group": lambda s: tpe(seed=s, multivariate=True, group=True, constant_liar=True,
+                                                    n_startup_trials=5),
+        })
+    return out
+
+
+def median_text(xs: list[float], budget: int) -> str:
+    m = statistics.median(xs)
+    return f">{budget}" if m == math.inf else f"{m:g}"
+
+
+def ratio_text(reference: list[float], xs: list[float], budget: int) -> str:
+    ref, m = statistics.median(reference), statistics.median(xs)
+    if m == math.inf:
+        return "n/a"
+    if ref == math.inf:
+        return f">{budget / m:.1f}x"
+    return f"{ref / m:.1f}x"
+
+
+def print_landscape(landscape: Landscape, path: Path) -> None:
+    done = {k: v for k, v in landscape.values.items() if v is not None}
+    best_key, best = landscape.best
+    worst_key = min(done, key=done.__getitem__)
+    classes = sorted(set(landscape.failures.values()))
+    print(f"Landscape: {path.relative_to(REPO) if path.is_relative_to(REPO) else path}")
+    print(f"  {len(landscape.values)} configs over {', '.join(f'{n} {v}' for n, v in landscape.space.items())}"
+          + (f"; fixed: {', '.join(f'{n}={v}' for n, v in landscape.fixed.items())}" if landscape.fixed else ""))
+    print(f"  failed: {len(landscape.failures)} ({len(landscape.failures) / len(landscape.values):.0%}; "
+          f"{', '.join(classes) or 'none'})")
+    print(f"  best  {best:8.1f} {METRIC}  {landscape.describe(best_key)}")
+    print(f"  worst {done[worst_key]:8.1f} {METRIC}  {landscape.describe(worst_key)}")
+    ranked = sorted(done.values(), reverse=True)
+    print(f"  median {statistics.median(ranked):.1f}, best/worst {best / ranked[-1]:.1f}x, "
+          f"2nd best {ranked[1]:.1f} ({ranked[1] / best:.1%} of best)")
+    for q in THRESHOLDS:
+        k = sum(v >= q * best for v in ranked)
+        print(f"  within {q:.0%} of best: {k} configs ({k / len(landscape.values):.1%} of the grid; "
+              f"a random draw hits one in {len(landscape.values) / k:.0f} on average)")
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--csv", type=Path, default=REPO / "benchmarks" / "data" / "llamacpp_landscape.csv")
+    ap.add_argument("--budget", type=int, default=None,
+                    help="trials per study (default: the grid's size, so that grid search always gets there)")
+    ap.add_argument("--seeds", type=int, default=10, help="studies per sampler (seeds 0..N-1)")
+    ap.add_argument("--samplers", nargs="+", default=["tpe", "gp", "random", "grid"])
+    ap.add_argument("--variants", action="store_true", help="also run TPE variants (startup trials, multivariate)")
+    args = ap.parse_args()
+    optuna.logging.set_verbosity(optuna.logging.ERROR)
+    warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
+
+    landscape = load_landscape(args.csv)
+    print_landscape(landscape, args.csv)
+    args.budget = args.budget or len(landscape.values)
+
+    results: dict[str, list[Run]] = {}
+    notes: list[str] = []
+    for name, factory in samplers(landscape, args.samplers, args.variants).items():
+        if isinstance(factory, str):
+            notes.append(f"{name}: {factory}")
+            continue
+        t = time.perf_counter()
+        results[name] = [replay(landscape, factory(seed), args.budget) for seed in range(args.seeds)]
+        notes.append(f"{name}: {time.perf_counter() - t:.1f} s for {args.seeds} studies")
+
+    print(f"\nTrials to reach 95% / 99% of the landscape's best ({landscape.best[1]:.1f} {METRIC}), "
+          f"median over {args.seeds} seeds, budget {args.budget} trials")
+    print("(missed: seeds that never got there within the budget; launched: distinct configs run by then)\n")
+    print("| sampler | trials to 95% | missed | trials to 99% | missed | launched to 99% | 99%: fewer trials than random |")
+    print("|---|---:|---:|---:|---:|---:|---:|")
+    reference = results.get("random")
+    for name, runs in results.items():
+        cells = []
+        for q in THRESHOLDS:
+            xs = [r.trials_to[q] for r in runs]
+            cells += [median_text(xs, args.budget), str(sum(x == math.inf for x in xs))]
+        xs99 = [r.trials_to[0.99] for r in runs]
+        cells.append(median_text([r.launches_to[0.99] for r in runs], args.budget))
+        cells.append(ratio_text([r.trials_to[0.99] for r in reference], xs99, args.budget) if reference else "n/a")
+        print(f"| {name} | " + " | ".join(cells) + " |")
+    print()
+    for note in notes:
+        print(note)
+    if "tpe (default)" in results and reference:
+        tpe = statistics.median(r.trials_to[0.99] for r in results["tpe (default)"])
+        rnd = statistics.median(r.trials_to[0.99] for r in reference)
+        if tpe == math.inf:
+            verdict = "no (TPE's median is past the budget)"
+        elif rnd == math.inf and 3 * tpe > args.budget:
+            verdict = f"undecided (random's median is past the budget of {args.budget}: raise --budget)"
+        else:
+            verdict = "yes" if 3 * tpe <= rnd else "no"
+        print(f"default TPE reaches 99% of the best in at most a third of random's trials: {verdict} "
+              f"(median {median_text([tpe], args.budget)} vs {median_text([rnd], args.budget)} trials)")
+
+if __name__ == "__main__":
+    main()
