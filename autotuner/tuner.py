@@ -58,7 +58,7 @@ class Tuner:
 
     def __init__(self, experiment: Experiment, *, engine: Engine, launcher: Launcher, tracker: MlflowTracker,
                  results_dir: Path = Path("results"), binary: str | None = None,
-                 progress: Callable[[int | None], Progress] | None = None):
+                 progress: Callable[[int | None], Progress] | None = None, engine_version: str | None = None):
         self.exp = experiment
         self.cfg = experiment.config
         self.engine = engine
@@ -69,7 +69,7 @@ class Tuner:
         self.workdir = results_dir / self.cfg.study_name
         self.labels = {"autotuner.study": self.cfg.study_name}
         self._progress_factory = progress or (lambda total: Progress(total, self.cfg.objective.metric))
-        self.engine_version = self._engine_version()
+        self.engine_version = engine_version or self._engine_version()  # given: e.g. read from an image
         self.study = open_study(self.cfg, n_levels=len(self.cfg.load.levels()))
 
     # --- the study --------------------------------------------------------------------------------------
@@ -125,12 +125,14 @@ class Tuner:
             broken = self._infeasible(params)
             if broken:
                 raise _Failed("infeasible", "; ".join(broken))
-            spec = self.engine.build(params, self.launch_context(free_port()))
+            # The launcher says how the server sees the launch (a container: mounted model, its own port).
+            spec = self.engine.build(params, self.launcher.context(self.launch_context(free_port())))
             command = spec.command_line()
             progress.phase("launching")
             t = time.perf_counter()
-            handle = self.launcher.start(spec, trial_dir / "server.log", {**self.labels, "autotuner.trial": str(trial.number)})
             try:
+                handle = self.launcher.start(spec, trial_dir / "server.log",
+                                             {**self.labels, "autotuner.trial": str(trial.number)})
                 self.launcher.wait_ready(handle, self.cfg.startup_timeout_s)
             except LaunchError as e:
                 cls, line = self.engine.classify_failure(e.log_tail)
@@ -147,7 +149,7 @@ class Tuner:
                 t = time.perf_counter()
                 self.launcher.stop(handle)
                 timings["stop_s"] = time.perf_counter() - t
-        self._finish(trial, run_id, params, result, command, trial_dir, timings, t0, progress)
+        self._finish(trial, run_id, params, result, command, trial_dir, timings, t0, progress, handle)
         if interrupted:
             raise KeyboardInterrupt
 
@@ -188,7 +190,8 @@ class Tuner:
                            levels=results)
 
     def _finish(self, trial: optuna.Trial, run_id: str, params: dict[str, Any], result: TrialResult,
-                command: str, trial_dir: Path, timings: dict[str, float], t0: float, progress: Progress) -> None:
+                command: str, trial_dir: Path, timings: dict[str, float], t0: float, progress: Progress,
+                handle: Handle | None = None) -> None:
         timings["total_s"] = time.perf_counter() - t0
         level_metrics = [r.metrics() for r in result.levels]
         attrs = {"state": result.state, "command": command, "timings": timings, "levels": level_metrics,
@@ -211,6 +214,9 @@ class Tuner:
                                             "server.log": trial_dir / "server.log"}
         if command:
             artifacts["command.txt"] = command + "\n"
+        if handle is not None:  # what the launcher says identifies the launch (image, container, docker run)
+            tags.update(handle.tags)
+            artifacts.update(handle.artifacts)
         if result.log_tail:
             artifacts["failure.txt"] = f"{result.failure_class}: {result.reason}\n\n{result.log_tail}\n"
         status = {"COMPLETE": "FINISHED", "PRUNED": "KILLED"}.get(result.state, "FAILED")

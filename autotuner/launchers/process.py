@@ -19,7 +19,7 @@ from pathlib import Path
 import httpx
 from tenacity import RetryError, Retrying, retry_if_exception_type, stop_after_delay, wait_fixed
 
-from autotuner.engines._base import LaunchSpec
+from autotuner.engines._base import LaunchContext, LaunchSpec
 from autotuner.launchers._base import EngineExited, Handle, StartupTimeout, tail
 
 _STOP_GRACE_S = 10.0
@@ -49,6 +49,9 @@ class ProcessLauncher:
 
     def __init__(self, state_dir: Path):
         self.state_dir = state_dir
+
+    def context(self, host: LaunchContext) -> LaunchContext:
+        return host  # the server sees the host as the tuner does
 
     def start(self, spec: LaunchSpec, log_path: Path, labels: dict[str, str]) -> Handle:
         log_path.parent.mkdir(parents=True, exist_ok=True)
