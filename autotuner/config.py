@@ -177,7 +177,7 @@ class DockerConfig(_Strict):
     pull: bool = Field(False, description="Pull the image when it is not on the daemon (never implicit).")
     binary: str | None = Field(None, description="Engine executable inside the image (default: the "
                                                  "engine's own name, found on the image's PATH).")
-    gpus: Literal["all"] | Annotated[int, Field(ge=1)] | list[str] | None = Field(
+    gpus: Literal["all"] | Annotated[int, Field(ge=1)] | list[int | str] | None = Field(
         None, description="GPUs for the container: 'all', a count, or a list of device ids (none: no GPU).")
     ipc_host: bool = Field(False, description="Share the host's IPC namespace (--ipc host).")
     shm_size: str | None = Field(None, pattern=r"^[0-9]+[bkmgBKMG]?$", description="Size of /dev/shm, e.g. 8g.")

@@ -212,18 +212,27 @@ class DockerLauncher:
             raise LaunchError(f"docker could not create the container: {_explain(e)}") from None
         container = self.client.containers.get(created["Id"])
         try:
-            container.start()
-            container.reload()
+            return self._started(container, spec, env, log_path, labels)
         except APIError as e:
             self._remove(container)
             raise LaunchError(f"docker could not start the container: {_explain(e)}") from None
+        except BaseException:  # Ctrl-C included: a container nobody holds a handle to must not stay
+            self._remove(container)
+            raise
 
+    def _started(self, container: Any, spec: LaunchSpec, env: dict[str, str], log_path: Path,
+                 labels: dict[str, str]) -> Handle:
+        container.start()
+        container.reload()
+        port = f"{spec.port}/tcp"
         host_port = self._host_port(container, port) if not self.settings.network_host else spec.port
         thread = threading.Thread(target=_stream_logs, args=(self._streamer().api, container.id, log_path),
                                   name=f"logs-{container.short_id}", daemon=True)
         thread.start()
         image_id = container.attrs.get("Image") or self._image.id
-        digests = self._image.attrs.get("RepoDigests") or []
+        # A pulled image's registry digest (of the configured repository when it has several), else its id.
+        repo = docker.utils.parse_repository_tag(self.settings.image)[0]
+        digests = sorted(self._image.attrs.get("RepoDigests") or [], key=lambda d: d.split("@")[0] != repo)
         handle = Handle(spec=spec, base_url=f"http://127.0.0.1:{host_port}", log_path=log_path,
                         pid=container.attrs.get("State", {}).get("Pid") or None, container_id=container.id,
                         info={"container": container, "log_thread": thread, "host_port": host_port})
@@ -372,7 +381,7 @@ def docker_run_line(s: DockerConfig, mounts: list[tuple[Path, PurePosixPath, boo
     if s.memory:
         args += ["--memory", s.memory, "--memory-swap", s.memory]
     if s.gpus is not None:
-        gpus = s.gpus if isinstance(s.gpus, (str, int)) else '"device=' + ",".join(s.gpus) + '"'
+        gpus = s.gpus if isinstance(s.gpus, (str, int)) else '"device=' + ",".join(map(str, s.gpus)) + '"'
         args += ["--gpus", str(gpus)]
     for source, target, read_only in mounts:
         args += ["-v", f"{source}:{target}" + (":ro" if read_only else "")]

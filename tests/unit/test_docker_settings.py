@@ -25,7 +25,7 @@ def write_experiment(tmp_path: Path, extra: str) -> Path:
     return path
 
 
-@pytest.mark.parametrize("gpus", ["all", 2, ["0", "3"], None])
+@pytest.mark.parametrize("gpus", ["all", 2, ["0", "3"], [0, 1], ["GPU-8f2e"], None])
 def test_gpus_all_a_count_or_device_ids(tmp_path, gpus):
     docker = {"image": "img"} if gpus is None else {"image": "img", "gpus": gpus}
     exp = load_experiment(write_experiment(tmp_path, f"launcher: docker\ndocker: {docker}\n"))
