@@ -1,7 +1,8 @@
 """What a container costs per trial: start-to-ready and stop of the same llama-server as a local process
 and as a Docker container (the locally built image, the model bind-mounted), median of N launches.
 
-Start-to-ready is `start()` until /health answers 200 (what the tuner records as `time_ready_s`); stop is
+`start()` returned is the launcher's own cost (spawn; for a container: create, start, read the published
+port); ready is `start()` until /health answers 200 (what the tuner records as `time_ready_s`); stop is
 `stop()` until the server is gone (for a container: stopped and removed, log stream closed).
 
     eval "$(scripts/start-dockerd.sh)"; scripts/build-engine-image.sh
@@ -27,14 +28,15 @@ from autotuner.launchers.process import ProcessLauncher
 REPO = Path(__file__).resolve().parent.parent
 
 
-def measure(launcher, binary: str | None, model: Path, repeats: int, tmp: Path) -> tuple[list[float], list[float]]:
+def measure(launcher, binary: str | None, model: Path, repeats: int, tmp: Path) -> tuple[list[float], ...]:
     engine = LlamaCppEngine()
-    ready, stop = [], []
+    started, ready, stop = [], [], []
     for i in range(repeats):
         host = LaunchContext(model_path=model, served_model_name="m", port=free_port(), binary=binary)
         spec = engine.build({"threads": 2}, launcher.context(host))
         t = time.perf_counter()
         handle = launcher.start(spec, tmp / f"{i}.log", {"autotuner.study": "launcher-startup-benchmark"})
+        started.append(time.perf_counter() - t)
         try:
             launcher.wait_ready(handle, 120)
             ready.append(time.perf_counter() - t)
@@ -42,7 +44,7 @@ def measure(launcher, binary: str | None, model: Path, repeats: int, tmp: Path) 
             t = time.perf_counter()
             launcher.stop(handle)
             stop.append(time.perf_counter() - t)
-    return ready, stop
+    return started, ready, stop
 
 
 def main() -> None:
@@ -61,10 +63,9 @@ def main() -> None:
         rows = {"process": measure(ProcessLauncher(Path(tmp) / "state"), str(binary), model, args.repeats, Path(tmp)),
                 "docker": measure(docker, None, model, args.repeats, Path(tmp))}
     print(f"model {model.name}, {args.repeats} launches each, median (min-max) in ms")
-    for name, (ready, stop) in rows.items():
-        print(f"  {name:8s} start-to-ready {statistics.median(ready) * 1e3:7.0f} ({min(ready) * 1e3:.0f}-"
-              f"{max(ready) * 1e3:.0f})   stop {statistics.median(stop) * 1e3:6.0f} ({min(stop) * 1e3:.0f}-"
-              f"{max(stop) * 1e3:.0f})")
+    for name, columns in rows.items():
+        print(f"  {name:8s}" + "".join(f"   {label} {statistics.median(v) * 1e3:5.0f} ({min(v) * 1e3:.0f}-{max(v) * 1e3:.0f})"
+                                       for label, v in zip(("start() returned", "ready", "stop"), columns)))
 
 
 if __name__ == "__main__":

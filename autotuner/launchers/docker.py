@@ -259,6 +259,8 @@ class DockerLauncher:
             state = _state(container)
             if state is None or state.get("Status") in ("exited", "dead"):
                 raise self._exited(handle, state)
+            if handle.info["host_port"] is None:  # running, yet no published port: never reachable
+                raise _NotReady
             try:
                 if client.get(url).status_code == 200:
                     return
