@@ -80,6 +80,8 @@ class Tuner:
         reaped = self.launcher.reap(self.labels)
         if reaped:
             progress.note(f"removed {len(reaped)} engine(s) left by an interrupted run: {', '.join(reaped)}")
+        if killed := self._fail_killed_trials():
+            progress.note(f"marked {killed} trial(s) of a killed run as failed (interrupted)")
         self.tracker.start_study(self.cfg.study_name, params=self._study_params(), tags=self._common_tags())
         self._enqueue_first_trials()
         deadline = time.monotonic() + timeout_s if timeout_s else None
@@ -95,6 +97,16 @@ class Tuner:
         self._log_study_summary()
         self.tracker.end_study("FINISHED")
         return self.study
+
+    def _fail_killed_trials(self) -> int:
+        """Trials still RUNNING at start were cut short by a killed tuner (one tuner runs a study at a time,
+        as `reap` assumes): record them as interrupted, so that an interrupted baseline runs again."""
+        killed = self.study.get_trials(deepcopy=False, states=(TrialState.RUNNING,))
+        for t in killed:  # Optuna has no public setter on a frozen trial's user attrs
+            self.study._storage.set_trial_user_attr(t._trial_id, "failure_class", "interrupted")
+            self.study._storage.set_trial_user_attr(t._trial_id, "failure_reason", "the tuner was killed")
+            self.study.tell(t.number, state=TrialState.FAIL)
+        return len(killed)
 
     def _enqueue_first_trials(self) -> None:
         trials = self.study.get_trials(deepcopy=False)

@@ -1,7 +1,7 @@
 """The quickstart under `launcher: docker`, as a user runs it, on a real dockerd: experiments/quickstart-docker.yaml
 (with the 8 MB model and a short workload) completes 3 trials, records each container in MLflow and leaves
 no container behind; a tuner killed mid-trial leaves its container, and the rerun removes it (and only
-its study's) before the next trial; a missing image is one error line before anything is written."""
+its study's) before the next trial, and the killed trial is recorded as interrupted; a missing image is one error line before anything is written."""
 
 from __future__ import annotations
 
@@ -124,6 +124,11 @@ def test_a_killed_tuner_leaves_its_container_and_the_rerun_removes_it_first(
         assert out.stderr.index(note) < out.stderr.index("[trial 1/1")  # before the next trial
         assert containers(docker_client, study) == []
         assert other.is_running(bystander)
+        # The killed trial is recorded as interrupted, so the baseline it was running runs again.
+        trials = optuna.load_study(study_name=study, storage=f"sqlite:///{tmp_path}/autotuner.db").get_trials()
+        assert [t.state.name for t in trials] == ["FAIL", "COMPLETE"]
+        assert trials[0].user_attrs["failure_class"] == "interrupted"
+        assert trials[0].user_attrs["baseline"] and trials[1].user_attrs["baseline"]
     finally:
         other.stop(bystander)
 
