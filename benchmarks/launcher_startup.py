@@ -1,5 +1,6 @@
 """What a container costs per trial: start-to-ready and stop of the same llama-server as a local process
-and as a Docker container (the locally built image, the model bind-mounted), median of N launches.
+and as a Docker container (the locally built image, the model bind-mounted); launches alternate between
+the two so that both see the same background load; median (min-max) of N launches each.
 
 `start()` returned is the launcher's own cost (spawn; for a container: create, start, read the published
 port); ready is `start()` until /health answers 200 (what the tuner records as `time_ready_s`); stop is
@@ -28,23 +29,20 @@ from autotuner.launchers.process import ProcessLauncher
 REPO = Path(__file__).resolve().parent.parent
 
 
-def measure(launcher, binary: str | None, model: Path, repeats: int, tmp: Path) -> tuple[list[float], ...]:
-    engine = LlamaCppEngine()
-    started, ready, stop = [], [], []
-    for i in range(repeats):
-        host = LaunchContext(model_path=model, served_model_name="m", port=free_port(), binary=binary)
-        spec = engine.build({"threads": 2}, launcher.context(host))
+def launch_once(launcher, binary: str | None, model: Path, log: Path) -> tuple[float, float, float]:
+    """(start() returned, ready, stop) in seconds for one launch of llama-server with `launcher`."""
+    host = LaunchContext(model_path=model, served_model_name="m", port=free_port(), binary=binary)
+    spec = LlamaCppEngine().build({"threads": 2}, launcher.context(host))
+    t = time.perf_counter()
+    handle = launcher.start(spec, log, {"autotuner.study": "launcher-startup-benchmark"})
+    started = time.perf_counter() - t
+    try:
+        launcher.wait_ready(handle, 120)
+        ready = time.perf_counter() - t
+    finally:
         t = time.perf_counter()
-        handle = launcher.start(spec, tmp / f"{i}.log", {"autotuner.study": "launcher-startup-benchmark"})
-        started.append(time.perf_counter() - t)
-        try:
-            launcher.wait_ready(handle, 120)
-            ready.append(time.perf_counter() - t)
-        finally:
-            t = time.perf_counter()
-            launcher.stop(handle)
-            stop.append(time.perf_counter() - t)
-    return started, ready, stop
+        launcher.stop(handle)
+    return started, ready, time.perf_counter() - t
 
 
 def main() -> None:
@@ -60,12 +58,17 @@ def main() -> None:
     with tempfile.TemporaryDirectory() as tmp:
         docker = DockerLauncher(DockerConfig(image=args.image), model_path=model)
         docker.prepare()
-        rows = {"process": measure(ProcessLauncher(Path(tmp) / "state"), str(binary), model, args.repeats, Path(tmp)),
-                "docker": measure(docker, None, model, args.repeats, Path(tmp))}
+        launchers = {"process": (ProcessLauncher(Path(tmp) / "state"), str(binary)), "docker": (docker, None)}
+        rows: dict[str, list[tuple[float, float, float]]] = {name: [] for name in launchers}
+        for i in range(args.repeats):  # alternated, so that both see the same background load
+            for name, (launcher, bin_) in launchers.items():
+                rows[name].append(launch_once(launcher, bin_, model, Path(tmp) / f"{name}-{i}.log"))
     print(f"model {model.name}, {args.repeats} launches each, median (min-max) in ms")
-    for name, columns in rows.items():
-        print(f"  {name:8s}" + "".join(f"   {label} {statistics.median(v) * 1e3:5.0f} ({min(v) * 1e3:.0f}-{max(v) * 1e3:.0f})"
-                                       for label, v in zip(("start() returned", "ready", "stop"), columns)))
+    for name, launches in rows.items():
+        columns = list(zip(*launches))
+        cells = (f"   {label} {statistics.median(v) * 1e3:5.0f} ({min(v) * 1e3:.0f}-{max(v) * 1e3:.0f})"
+                 for label, v in zip(("start() returned", "ready", "stop"), columns))
+        print(f"  {name:8s}" + "".join(cells))
 
 
 if __name__ == "__main__":

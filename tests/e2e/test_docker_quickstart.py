@@ -1,7 +1,8 @@
-"""The quickstart under `launcher: docker`, as a user runs it, on a real dockerd: experiments/quickstart-docker.yaml
-(with the 8 MB model and a short workload) completes 3 trials, records each container in MLflow and leaves
-no container behind; a tuner killed mid-trial leaves its container, and the rerun removes it (and only
-its study's) before the next trial, and the killed trial is recorded as interrupted; a missing image is one error line before anything is written."""
+"""The quickstart under `launcher: docker`, as a user runs it, on a real dockerd:
+experiments/quickstart-docker.yaml (with the 8 MB model and a short workload) completes 3 trials, records
+each container in MLflow and leaves no container behind; a tuner killed mid-trial leaves its container,
+and the rerun removes it (and only its study's) before the next trial and records the killed trial as
+interrupted; a missing image is one error line before anything is written."""
 
 from __future__ import annotations
 

@@ -68,8 +68,8 @@ def local_registry(tmp_path):
         pytest.skip("no docker-registry to pull from (apt-get install docker-registry)")
     port = free_port()
     config = tmp_path / "registry.yml"
-    config.write_text(f"version: 0.1\nlog: {{level: error}}\nstorage: {{filesystem: {{rootdirectory: {tmp_path}/registry}}}}\n"
-                      f"http: {{addr: 127.0.0.1:{port}}}\n")
+    config.write_text(f"version: 0.1\nlog: {{level: error}}\nhttp: {{addr: 127.0.0.1:{port}}}\n"
+                      f"storage: {{filesystem: {{rootdirectory: {tmp_path}/registry}}}}\n")
     with (tmp_path / "registry.log").open("wb") as log:
         proc = subprocess.Popen([binary, "serve", str(config)], stdout=log, stderr=subprocess.STDOUT)
     try:

@@ -179,7 +179,8 @@ def test_reap_removes_only_this_studys_leftovers(flavour, tmp_path):
     state = tmp_path / "state"
     ours, theirs = flavour.make(state), flavour.make(state)
     a = ours.start(flavour.serving(ours), tmp_path / "a.log", LABELS)
-    b = theirs.start(flavour.serving(theirs), tmp_path / "b.log", {"autotuner.study": LABELS["autotuner.study"] + "-other"})
+    other = {"autotuner.study": LABELS["autotuner.study"] + "-other"}
+    b = theirs.start(flavour.serving(theirs), tmp_path / "b.log", other)
     try:
         # A new launcher (as after a killed tuner) finds the leftover by its labels.
         assert flavour.make(state).reap(LABELS) == [flavour.ident(a)]

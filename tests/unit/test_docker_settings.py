@@ -94,7 +94,8 @@ def test_docker_run_line_reproduces_every_option_and_names_secrets_only():
     line = docker_run_line(settings, mounts, spec, {"GGML_NO_BACKTRACE": "1", "HF_TOKEN": "hf_secret"}, 49153)
     assert shlex.split(line) == [
         "docker", "run", "--rm", "--init", "-p", "127.0.0.1:49153:8000", "--ipc", "host", "--shm-size", "8g",
-        "--memory", "16g", "--memory-swap", "16g", "--gpus", '"device=0,1"', "-v", "/data/models:/models:ro", "-v", "/data/k:/k",
+        "--memory", "16g", "--memory-swap", "16g", "--gpus", '"device=0,1"',
+        "-v", "/data/models:/models:ro", "-v", "/data/k:/k",
         "-e", "GGML_NO_BACKTRACE=1", "-e", "HF_TOKEN", "--stop-timeout", "7", "autotuner/llama-server:1",
         "llama-server", "--alias", "my model"]
     assert "hf_secret" not in line
