@@ -82,20 +82,22 @@ def _override(exp, **sections: dict):
 def _make_tuner(exp, tracking_uri: Optional[str], results: Path):
     from autotuner import paths, preflight
     from autotuner.config import ConfigError
-    from autotuner.launchers.process import ProcessLauncher
+    from autotuner.launchers import make_launcher
     from autotuner.tracking import MlflowTracker
     from autotuner.tuner import Tuner
 
     cfg = exp.config
     engine = preflight.check(exp)
-    if cfg.launcher != "process":
-        raise ConfigError(f"{exp.source}: field 'launcher': '{cfg.launcher}' is not available yet (launchers: process)")
     binary = paths.llama_server_binary() if cfg.engine == "llamacpp" else None
-    if cfg.engine == "llamacpp" and binary is None:
+    if cfg.engine == "llamacpp" and binary is None and cfg.launcher == "process":
         raise ConfigError("llama-server not found: run scripts/build-llama-server.sh or set AUTOTUNER_LLAMA_SERVER")
+    launcher = make_launcher(exp, progress=lambda line: typer.echo(line, err=True))
+    engine_version = None
+    if cfg.launcher == "docker":  # the engine that runs is the image's, not a host binary
+        engine_version = launcher.engine_version(engine, {"autotuner.study": cfg.study_name})
     tracker = MlflowTracker(tracking_uri or cfg.tracking.uri)
-    return Tuner(exp, engine=engine, launcher=ProcessLauncher(paths.cache_dir() / "processes"), tracker=tracker,
-                 results_dir=results, binary=str(binary) if binary else None)
+    return Tuner(exp, engine=engine, launcher=launcher, tracker=tracker, results_dir=results,
+                 binary=str(binary) if binary else None, engine_version=engine_version)
 
 
 @app.command()

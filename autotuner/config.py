@@ -189,10 +189,47 @@ class TrackingConfig(_Strict):
     uri: str | None = Field(None, description="MLflow tracking URI (default: a local store under mlruns/).")
 
 
+class VolumeConfig(_Strict):
+    """A host file or folder mounted into the engine's container (caches, tuned kernel configs)."""
+
+    host: Path = Field(description="Host path, relative to the experiment file; must exist.")
+    container: str = Field(pattern=r"^/", description="Absolute path inside the container.")
+    read_only: bool = Field(True, description="Mount read-only.")
+
+
+class DockerConfig(_Strict):
+    """How the Docker launcher runs the engine (used with `launcher: docker`).
+
+    The model is always mounted read-only under `model_dir`; the server listens on `container_port`,
+    published on 127.0.0.1 at a free host port (or on the host's network with `network_host`).
+    """
+
+    image: str = Field(min_length=1, description="Engine image, e.g. autotuner/llama-server:0.3.36 "
+                                                 "(scripts/build-engine-image.sh builds it locally).")
+    pull: bool = Field(False, description="Pull the image when it is not on the daemon (never implicit).")
+    binary: str | None = Field(None, description="Engine executable inside the image (default: the "
+                                                 "engine's own name, found on the image's PATH).")
+    gpus: Literal["all"] | Annotated[int, Field(ge=1)] | list[int | str] | None = Field(
+        None, description="GPUs for the container: 'all', a count, or a list of device ids (none: no GPU).")
+    ipc_host: bool = Field(False, description="Share the host's IPC namespace (--ipc host).")
+    shm_size: str | None = Field(None, pattern=r"^[0-9]+[bkmgBKMG]?$", description="Size of /dev/shm, e.g. 8g.")
+    memory: str | None = Field(None, pattern=r"^[0-9]+[bkmgBKMG]?$", description="Memory limit, e.g. 16g (no "
+                               "swap beyond it): a config that needs more is OOM-killed and fails as 'oom'.")
+    network_host: bool = Field(False, description="Use the host's network instead of a published port.")
+    container_port: int = Field(8000, gt=0, lt=65536, description="Port the server listens on inside.")
+    model_dir: str = Field("/models", pattern=r"^/", description="Where the model is mounted inside.")
+    volumes: list[VolumeConfig] = Field(default_factory=list, description="Extra mounts.")
+    env: dict[str, str] = Field(default_factory=dict, description="Extra environment for the container.")
+    pass_env: list[str] = Field(default_factory=list, description="Names of host environment variables "
+                                "passed through (secrets: their values are never recorded).")
+    stop_timeout_s: int = Field(10, ge=0, description="Grace between SIGTERM and SIGKILL on stop.")
+
+
 class ExperimentConfig(_Strict):
     name: str = Field(min_length=1, pattern=r"^[A-Za-z0-9][A-Za-z0-9._-]*$")
     engine: str
     launcher: Literal["process", "docker"] = "process"
+    docker: DockerConfig | None = Field(None, description="Container settings, for `launcher: docker`.")
     model: ModelConfig
     hardware: HardwareConfig = HardwareConfig()
     search_space: Path = Field(description="Search-space file, relative to the experiment file.")

@@ -17,7 +17,7 @@ import logging
 import os
 import time
 from collections.abc import Callable, Iterable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -47,9 +47,7 @@ class TrialRecord:
     metrics: dict[str, float]
     steps: list[dict[str, float]]
     tags: dict[str, str]
-    artifact_dir: Path
-    artifacts: tuple[str, ...] = ("command.txt", "server.log", "bench.json", "failure.txt")
-    extra: dict[str, Any] = field(default_factory=dict)
+    artifact_dir: Path  # every file in it is logged: command, server log, bench JSON, failure, launch files
 
 
 def trial_record(trial: FrozenTrial, artifact_dir: Path, metric: str, direction: str,
@@ -69,6 +67,7 @@ def trial_record(trial: FrozenTrial, artifact_dir: Path, metric: str, direction:
         tags["autotuner.engine_version"] = attrs["engine_version"]
     if attrs.get("reused_from") is not None:
         tags["autotuner.reused_from"] = str(attrs["reused_from"])
+    tags.update(attrs.get("launch_tags") or {})
     return TrialRecord(
         number=trial.number, status=status,
         params=dict(trial.params) or {"baseline": "engine defaults"},
@@ -256,7 +255,8 @@ class MlflowTracker:
             now = _now_ms()
             self.client.log_batch(run_id, metrics=[Metric(LEVEL_PREFIX + k, float(v), now, step)
                                                    for step, m in enumerate(record.steps) for k, v in m.items()])
-        artifacts = {name: record.artifact_dir / name for name in record.artifacts}
+        files = sorted(record.artifact_dir.iterdir()) if record.artifact_dir.is_dir() else []
+        artifacts = {f.name: f for f in files if f.is_file()}
         self._log(run_id, metrics=record.metrics, tags=record.tags, artifacts=artifacts)
         self.client.set_terminated(run_id, status=record.status)
         return True

@@ -51,6 +51,8 @@ class TrialResult:
     reason: str | None = None
     log_tail: str = ""
     reused_from: int | None = None  # the trial whose measurement of the same config this repeats
+    launch_tags: dict[str, str] = field(default_factory=dict)
+    launch_artifacts: dict[str, str] = field(default_factory=dict)  # file name -> text
     level_metrics: list[dict[str, float]] = field(default_factory=list)  # when reused, not re-measured
 
     def metrics(self) -> list[dict[str, float]]:
@@ -68,7 +70,7 @@ class Tuner:
 
     def __init__(self, experiment: Experiment, *, engine: Engine, launcher: Launcher, tracker: MlflowTracker,
                  results_dir: Path = Path("results"), binary: str | None = None,
-                 progress: Callable[[int | None], Progress] | None = None):
+                 progress: Callable[[int | None], Progress] | None = None, engine_version: str | None = None):
         self.exp = experiment
         self.cfg = experiment.config
         self.engine = engine
@@ -79,7 +81,7 @@ class Tuner:
         self.workdir = results_dir / self.cfg.study_name
         self.labels = {"autotuner.study": self.cfg.study_name}
         self._progress_factory = progress or (lambda total: Progress(total, self.cfg.objective.metric))
-        self.engine_version = self._engine_version()
+        self.engine_version = engine_version or self._engine_version()  # given: e.g. read from an image
         self.study = open_study(self.cfg, n_levels=len(self.cfg.load.levels()))
         self._stop = StopRequests()
         self.secrets = secrets.collect(self.cfg.secret_env)
@@ -241,22 +243,25 @@ class Tuner:
             progress.phase("launching")
             t = time.perf_counter()
             labels = {**self.labels, "autotuner.trial": label or str(trial.number if trial else "")}
-            handle = self.launcher.start(spec, trial_dir / "server.log", labels)
-            try:
+            try:  # a failed start (image, ports) is the trial's failure, not the study's
+                handle = self.launcher.start(spec, trial_dir / "server.log", labels)
                 self.launcher.wait_ready(handle, self.cfg.startup_timeout_s)
             except LaunchError as e:
                 cls, line = self.engine.classify_failure(e.log_tail)
                 raise _Failed(cls or e.failure_class, f"{e}: {line}" if line else str(e), e.log_tail) from None
             timings["ready_s"] = time.perf_counter() - t
             self._check_stop("before warming up")
-            return command, asyncio.run(self._cancellable(self._measure(handle, trial, run_id, progress, timings)))
+            result = asyncio.run(self._cancellable(self._measure(handle, trial, run_id, progress, timings)))
         except _Failed as f:
-            return command, TrialResult("FAIL", failure_class=f.failure_class, reason=f.reason, log_tail=f.log_tail)
+            result = TrialResult("FAIL", failure_class=f.failure_class, reason=f.reason, log_tail=f.log_tail)
         finally:
             if handle is not None:  # whatever happened: an engine never outlives its trial
                 t = time.perf_counter()
                 self.launcher.stop(handle)
                 timings["stop_s"] = time.perf_counter() - t
+        if handle is not None:  # what identifies the launch: image, container, the docker run line
+            result.launch_tags, result.launch_artifacts = dict(handle.tags), dict(handle.artifacts)
+        return command, result
 
     async def _cancellable(self, measurement: Any) -> TrialResult:
         """Run the measurement as a task a second Ctrl-C can cancel (see interrupts.StopRequests)."""
@@ -354,7 +359,7 @@ class Tuner:
         self.redact.file(trial_dir / "server.log")
         level_metrics = result.metrics()
         attrs = {"state": result.state, "command": command, "timings": timings, "levels": level_metrics,
-                 "engine_version": self.engine_version}
+                 "engine_version": self.engine_version, "launch_tags": result.launch_tags}
         # Set even when empty: a retried trial starts with a copy of the failed one's attributes.
         attrs.update(failure_class=result.failure_class, failure_reason=result.reason if result.failure_class else None,
                      log_tail=result.log_tail[-4000:] or None, reused_from=result.reused_from)
@@ -372,6 +377,8 @@ class Tuner:
         (trial_dir / "bench.json").write_text(json.dumps(bench, indent=2))
         if command:
             (trial_dir / "command.txt").write_text(command + "\n")
+        for name, text in result.launch_artifacts.items():
+            (trial_dir / name).write_text(self.redact.text(text) or "")
         if result.log_tail:
             (trial_dir / "failure.txt").write_text(f"{result.failure_class}: {result.reason}\n\n{result.log_tail}\n")
         self.tracker.log_trial(self._record(self.study._storage.get_trial(trial._trial_id)), run_id=run_id)
@@ -404,7 +411,8 @@ class Tuner:
 
     def launch_spec(self, params: dict[str, Any], port: int) -> LaunchSpec:
         """The engine's launch of `params`, with the experiment's environment and secrets."""
-        spec = self.engine.build(params, self.launch_context(port))
+        # The launcher says how the server sees the launch (in a container: the mounted model, its own port).
+        spec = self.engine.build(params, self.launcher.context(self.launch_context(port)))
         return replace(spec, env={**spec.env, **self.cfg.env}, secret_env={**spec.secret_env, **self.secrets})
 
     def launch_context(self, port: int) -> LaunchContext:

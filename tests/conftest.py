@@ -1,12 +1,15 @@
-"""Shared fixtures: the real llama-server binary and a generated model, made once per session.
+"""Shared fixtures: the real llama-server binary, a generated model, a Docker daemon and the engine
+image, made or found once per session.
 
-Where an engine is missing the tests that need it skip with the reason, except under CI (CI=true),
-where a missing engine is an error: CI must prove the real thing.
+Where an engine or a Docker daemon is missing the tests that need it skip with the reason, except under
+CI (CI=true) or with AUTOTUNER_REQUIRE_DOCKER=1, where a missing one is an error: CI must prove the real
+thing.
 """
 
 from __future__ import annotations
 
 import os
+import subprocess
 from pathlib import Path
 
 import pytest
@@ -17,7 +20,7 @@ REPO = Path(__file__).resolve().parent.parent
 
 
 def _require(what: str, reason: str) -> None:
-    if os.environ.get("CI"):
+    if os.environ.get("CI") or (what == "Docker" and os.environ.get("AUTOTUNER_REQUIRE_DOCKER")):
         pytest.fail(f"{what} is required in CI: {reason}")
     pytest.skip(reason)
 
@@ -46,3 +49,45 @@ def small_model(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
     path = tmp_path_factory.mktemp("models") / "small.gguf"
     return write_tiny_llama_gguf(path, size="small", seed=0)
+
+
+@pytest.fixture(scope="session")
+def docker_client():
+    """A client of the daemon at $DOCKER_HOST (`eval "$(scripts/start-dockerd.sh)"` starts one)."""
+    from autotuner.launchers.docker import DockerSetupError, connect
+
+    try:
+        return connect()
+    except DockerSetupError as e:
+        _require("Docker", str(e))
+
+
+@pytest.fixture(scope="session")
+def engine_image(docker_client, llama_server) -> str:
+    """The llama-server image, built locally from this machine's binary (skipped when up to date)."""
+    out = subprocess.run([str(REPO / "scripts" / "build-engine-image.sh")], capture_output=True, text=True,
+                         env={**os.environ, "AUTOTUNER_LLAMA_SERVER": llama_server}, timeout=300)
+    if out.returncode != 0:
+        pytest.fail(f"scripts/build-engine-image.sh failed:\n{out.stderr}")
+    return out.stdout.strip().splitlines()[-1]
+
+
+# --- where Docker is required (CI), a skipped Docker test fails the run --------------------------------
+
+_skipped_docker: list[str] = []
+
+
+def pytest_runtest_logreport(report: pytest.TestReport) -> None:
+    if report.skipped and "docker" in report.keywords and os.environ.get("AUTOTUNER_REQUIRE_DOCKER"):
+        _skipped_docker.append(report.nodeid)
+
+
+def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
+    if _skipped_docker:
+        session.exitstatus = pytest.ExitCode.TESTS_FAILED
+
+
+def pytest_terminal_summary(terminalreporter) -> None:
+    if _skipped_docker:
+        terminalreporter.write_line(f"AUTOTUNER_REQUIRE_DOCKER is set but {len(_skipped_docker)} Docker test(s) "
+                                    "skipped: " + ", ".join(_skipped_docker), red=True)

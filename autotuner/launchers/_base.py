@@ -1,20 +1,27 @@
 """The launcher seam: run a LaunchSpec, say when it is ready, hand over its logs, stop it.
 
 Contract every launcher keeps (one conformance suite runs over all of them):
-- `start` returns at once; readiness is `wait_ready`, which also watches the server: an exit while
-  starting raises `EngineExited` within a second, not at the timeout.
+- `context` turns the tuner's host view of a launch (model path, port, binary) into the one the server
+  sees, before the engine adapter builds the spec: identity for a local process; for a container the
+  model under its mount point, the container's port, the image's binary. Adapters stay unaware.
+- `start` returns at once; a server that cannot even be started raises `LaunchError`, leaving nothing
+  behind. Readiness is `wait_ready`, which also watches the server: an exit while starting raises
+  `EngineExited` within a second, not at the timeout.
 - `stop` is safe to call twice and on a server that already died.
 - `reap` removes what a killed tuner left behind for one study, and nothing else.
+- `Handle.tags` and `Handle.artifacts` are what the tracker records for the launch (a container's image
+  and id, the `docker run` line that reproduces it).
 """
 
 from __future__ import annotations
 
+import os
 import socket
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
 
-from autotuner.engines._base import LaunchSpec
+from autotuner.engines._base import LaunchContext, LaunchSpec
 
 
 class LaunchError(Exception):
@@ -30,9 +37,12 @@ class LaunchError(Exception):
 class EngineExited(LaunchError):
     failure_class = "exited-at-start"
 
-    def __init__(self, message: str, exit_code: int | None, log_tail: str = ""):
+    def __init__(self, message: str, exit_code: int | None, log_tail: str = "", oom_killed: bool = False):
         super().__init__(message, log_tail)
         self.exit_code = exit_code
+        self.oom_killed = oom_killed
+        if oom_killed:  # the kernel's OOM killer leaves no line in the server's own log
+            self.failure_class = "oom"
 
 
 class StartupTimeout(LaunchError):
@@ -48,10 +58,13 @@ class Handle:
     log_path: Path
     pid: int | None = None
     container_id: str | None = None
-    info: dict[str, Any] = field(default_factory=dict)
+    info: dict[str, Any] = field(default_factory=dict)  # the launcher's own state
+    tags: dict[str, str] = field(default_factory=dict)  # recorded with the trial (MLflow tags)
+    artifacts: dict[str, str] = field(default_factory=dict)  # file name -> text, recorded with the trial
 
 
 class Launcher(Protocol):
+    def context(self, host: LaunchContext) -> LaunchContext: ...
     def start(self, spec: LaunchSpec, log_path: Path, labels: dict[str, str]) -> Handle: ...
     def wait_ready(self, handle: Handle, timeout_s: float) -> None: ...
     def is_running(self, handle: Handle) -> bool: ...
@@ -78,3 +91,29 @@ def tail(path: Path, lines: int = 40) -> str:
     except FileNotFoundError:
         return ""
     return "\n".join(data.splitlines()[-lines:])
+
+
+def this_owner() -> str:
+    """Who starts engines here: host, PID and the process's start time (a reused PID is not us)."""
+    pid = os.getpid()
+    return f"{socket.gethostname()}:{pid}:{process_start_time(pid)}"
+
+
+def owner_alive(owner: str | None) -> bool:
+    """Whether the tuner that started an engine still runs (only knowable on this host)."""
+    if not owner:
+        return False
+    host, _, rest = owner.partition(":")
+    pid, _, start = rest.partition(":")
+    if host != socket.gethostname() or not pid.isdigit():
+        return True  # another host's worker: not ours to judge
+    return process_start_time(int(pid)) == start
+
+
+def process_start_time(pid: int) -> str | None:
+    """The process's start time in clock ticks since boot, or None when it is gone."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return None
+    return stat.rsplit(")", 1)[1].split()[19]

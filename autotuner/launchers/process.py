@@ -19,8 +19,9 @@ from pathlib import Path
 import httpx
 from tenacity import RetryError, Retrying, retry_if_exception_type, stop_after_delay, wait_fixed
 
-from autotuner.engines._base import LaunchSpec
-from autotuner.launchers._base import EngineExited, Handle, StartupTimeout, tail
+from autotuner.engines._base import LaunchContext, LaunchSpec
+from autotuner.launchers._base import (EngineExited, Handle, StartupTimeout, owner_alive, process_start_time, tail,
+                                       this_owner)
 
 _STOP_GRACE_S = 10.0
 _FAILURE_TAIL_LINES = 120  # enough to reach the telling line above a crash dump
@@ -35,20 +36,15 @@ def _die_with_parent() -> None:  # runs in the child between fork and exec
         ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
 
 
-def _start_time(pid: int) -> str | None:
-    """The process's start time in clock ticks since boot: tells a live server from a reused PID."""
-    try:
-        stat = Path(f"/proc/{pid}/stat").read_text()
-    except OSError:
-        return None
-    return stat.rsplit(")", 1)[1].split()[19]
-
-
 class ProcessLauncher:
     """Starts LaunchSpecs as local processes; keeps a pidfile per server under `state_dir`."""
 
-    def __init__(self, state_dir: Path):
+    def __init__(self, state_dir: Path, owner: str | None = None):
         self.state_dir = state_dir
+        self.owner = owner or this_owner()
+
+    def context(self, host: LaunchContext) -> LaunchContext:
+        return host  # the server sees the host as the tuner does
 
     def start(self, spec: LaunchSpec, log_path: Path, labels: dict[str, str]) -> Handle:
         log_path.parent.mkdir(parents=True, exist_ok=True)
@@ -59,9 +55,8 @@ class ProcessLauncher:
             )
         self.state_dir.mkdir(parents=True, exist_ok=True)
         pidfile = self.state_dir / f"{proc.pid}.json"
-        pidfile.write_text(json.dumps({"pid": proc.pid, "start": _start_time(proc.pid), "labels": labels,
-                                       "argv0": spec.argv[0], "owner": os.getpid(),
-                                       "owner_start": _start_time(os.getpid())}))
+        pidfile.write_text(json.dumps({"pid": proc.pid, "start": process_start_time(proc.pid), "labels": labels,
+                                       "argv0": spec.argv[0], "owner": self.owner}))
         return Handle(spec=spec, base_url=f"http://127.0.0.1:{spec.port}", log_path=log_path, pid=proc.pid,
                       info={"popen": proc, "pidfile": pidfile})
 
@@ -119,11 +114,10 @@ class ProcessLauncher:
                 continue
             if any(entry.get("labels", {}).get(k) != v for k, v in labels.items()):
                 continue
-            owner = entry.get("owner")
-            if owner and _start_time(owner) == entry.get("owner_start"):
+            if owner_alive(entry.get("owner")):
                 continue  # its tuner still runs (another worker on this study): not a leftover
             pid = entry["pid"]
-            if entry.get("start") and _start_time(pid) == entry["start"]:
+            if entry.get("start") and process_start_time(pid) == entry["start"]:
                 _kill_group(pid, signal.SIGKILL)
                 reaped.append(str(pid))
             pidfile.unlink(missing_ok=True)

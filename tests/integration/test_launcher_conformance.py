@@ -1,25 +1,42 @@
-"""The launcher contract, checked on real processes: start, ready, logs, early exit, startup timeout,
-stop twice, reap. Every launcher must pass the same suite (parametrize `launcher` to add one)."""
+"""The launcher contract, checked on real servers: start, ready, logs (streamed to the trial's log file
+while the server runs), early exit, startup timeout, stop twice, reap. Every launcher passes the same
+suite: `flavour` runs it over a local process (Python's http.server and scripts) and a Docker container
+(the locally built llama-server image serving the 8 MB model). Add a launcher by adding a flavour."""
 
 from __future__ import annotations
 
 import os
+import socket
 import sys
 import time
+from collections.abc import Callable
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 import pytest
 
-from autotuner.engines._base import LaunchSpec
-from autotuner.launchers._base import EngineExited, StartupTimeout, free_port
+from autotuner.engines._base import LaunchContext, LaunchSpec
+from autotuner.engines.llamacpp import LlamaCppEngine
+from autotuner.launchers._base import EngineExited, Handle, Launcher, StartupTimeout, free_port
 from autotuner.launchers.process import ProcessLauncher
 
-LABELS = {"autotuner.study": "conformance"}
+LABELS = {"autotuner.study": f"conformance-{os.getpid()}"}
 
 
-@pytest.fixture
-def launcher(tmp_path):
-    return ProcessLauncher(tmp_path / "state")
+@dataclass
+class Flavour:
+    """One launcher and the servers it runs in this suite."""
+
+    make: Callable[[Path], Launcher]  # a new launcher over a state folder (as after a tuner restart)
+    serving: Callable[[Launcher], LaunchSpec]  # becomes ready and stays up
+    ready_line: str  # what `serving` logs once it serves
+    exiting: Callable[[Launcher], LaunchSpec]  # exits while starting
+    exit_code: int
+    exit_line: str
+    never_ready: Callable[[Launcher], LaunchSpec]  # runs, never answers its health path
+    waiting_line: str
+    gone: Callable[[Handle], bool]  # nothing of the server is left
+    ident: Callable[[Handle], str]  # what `reap` returns for it
 
 
 def python_spec(code: str, port: int, health: str = "/") -> LaunchSpec:
@@ -40,46 +57,159 @@ def alive(pid: int) -> bool:
     return Path(f"/proc/{pid}/stat").read_text().split(")")[1].split()[0] != "Z"
 
 
-def test_start_ready_logs_stop_twice(launcher, tmp_path):
-    port = free_port()
-    handle = launcher.start(http_server(port), tmp_path / "server.log", LABELS)
+def process_flavour() -> Flavour:
+    return Flavour(
+        make=lambda state, owner=None: ProcessLauncher(state, owner=owner),
+        serving=lambda _: http_server(free_port()),
+        ready_line="GET / HTTP/1.1",  # the readiness probe shows in the server's log
+        exiting=lambda _: python_spec("import time, sys; print('loading'); time.sleep(0.3); "
+                                      "print('fatal: no such model'); sys.exit(3)", free_port()),
+        exit_code=3,
+        exit_line="fatal: no such model",
+        never_ready=lambda _: python_spec("import time; print('loading forever'); time.sleep(600)", free_port()),
+        waiting_line="loading forever",
+        gone=lambda h: not alive(h.pid),
+        ident=lambda h: str(h.pid),
+    )
+
+
+def docker_flavour(request: pytest.FixtureRequest) -> Flavour:
+    from docker.errors import NotFound
+
+    from autotuner.config import DockerConfig
+    from autotuner.launchers.docker import DockerLauncher
+
+    client = request.getfixturevalue("docker_client")
+    image = request.getfixturevalue("engine_image")
+    model: Path = request.getfixturevalue("tiny_model")
+    engine = LlamaCppEngine()
+
+    def llama(launcher: DockerLauncher, model_path: Path = model) -> LaunchSpec:
+        # As the tuner does it: the host's view of the launch, translated by the launcher, built by the engine.
+        host = LaunchContext(model_path=model_path, served_model_name="tiny", port=free_port())
+        return engine.build({"threads": 1}, launcher.context(host))
+
+    def gone(handle: Handle) -> bool:
+        try:
+            client.containers.get(handle.container_id)
+        except NotFound:
+            return True
+        return False
+
+    return Flavour(
+        make=lambda _state, owner=None: DockerLauncher(DockerConfig(image=image, stop_timeout_s=5), model_path=model,
+                                                       owner=owner),
+        serving=llama,
+        ready_line="listening on http://0.0.0.0:8000",
+        exiting=lambda launcher: llama(launcher, model.parent / "no-such-model.gguf"),
+        exit_code=1,
+        exit_line="failed to load model",
+        never_ready=lambda launcher: replace(llama(launcher), health_path="/never-ready"),
+        waiting_line="loading model",
+        gone=gone,
+        ident=lambda h: h.container_id[:12],
+    )
+
+
+@pytest.fixture(params=["process", pytest.param("docker", marks=[pytest.mark.docker, pytest.mark.engine])])
+def flavour(request) -> Flavour:
+    return process_flavour() if request.param == "process" else docker_flavour(request)
+
+
+@pytest.fixture
+def launcher(flavour, tmp_path) -> Launcher:
+    return flavour.make(tmp_path / "state")
+
+
+def wait_for(condition: Callable[[], bool], timeout_s: float = 5.0) -> bool:
+    deadline = time.monotonic() + timeout_s
+    while not condition():
+        if time.monotonic() > deadline:
+            return False
+        time.sleep(0.05)
+    return True
+
+
+def test_start_ready_logs_stop_twice(flavour, launcher, tmp_path):
+    log = tmp_path / "server.log"
+    handle = launcher.start(flavour.serving(launcher), log, LABELS)
     try:
-        launcher.wait_ready(handle, timeout_s=20)
+        launcher.wait_ready(handle, timeout_s=30)
         assert launcher.is_running(handle)
-        assert handle.base_url == f"http://127.0.0.1:{port}"
-        assert "GET / HTTP/1.1" in launcher.logs(handle)  # the readiness probe shows in the server's log
+        assert handle.base_url.startswith("http://127.0.0.1:")
+        assert flavour.ready_line in launcher.logs(handle)
+        # The trial's log file fills while the server runs, not only once it is stopped.
+        assert wait_for(lambda: flavour.ready_line in log.read_text(errors="replace"))
     finally:
         launcher.stop(handle)
-    assert not alive(handle.pid)
+    assert wait_for(lambda: flavour.gone(handle))
+    assert not launcher.is_running(handle)
     launcher.stop(handle)  # safe twice
+    assert flavour.ready_line in log.read_text(errors="replace")
 
 
-def test_early_exit_fails_fast_with_code_and_log_tail(launcher, tmp_path):
-    spec = python_spec("import time, sys; print('loading'); time.sleep(0.3); print('fatal: no such model'); sys.exit(3)",
-                       free_port())
-    handle = launcher.start(spec, tmp_path / "server.log", LABELS)
+def test_early_exit_fails_fast_with_code_and_log_tail(flavour, launcher, tmp_path):
+    handle = launcher.start(flavour.exiting(launcher), tmp_path / "server.log", LABELS)
     t = time.monotonic()
-    with pytest.raises(EngineExited) as err:
-        launcher.wait_ready(handle, timeout_s=60)
-    assert time.monotonic() - t < 2.0  # not the 60 s timeout
-    assert err.value.exit_code == 3
-    assert "fatal: no such model" in err.value.log_tail
-    launcher.stop(handle)
+    try:
+        with pytest.raises(EngineExited) as err:
+            launcher.wait_ready(handle, timeout_s=60)
+        assert time.monotonic() - t < 2.0  # not the 60 s timeout
+        assert err.value.exit_code == flavour.exit_code
+        assert str(flavour.exit_code) in str(err.value)
+        assert flavour.exit_line in err.value.log_tail
+        assert err.value.failure_class == "exited-at-start" and not getattr(err.value, "oom_killed", False)
+    finally:
+        launcher.stop(handle)
+    assert wait_for(lambda: flavour.gone(handle))
 
 
-def test_startup_timeout_then_stop(launcher, tmp_path):
-    spec = python_spec("import time; print('loading forever'); time.sleep(600)", free_port())
-    handle = launcher.start(spec, tmp_path / "server.log", LABELS)
+def test_startup_timeout_then_stop(flavour, launcher, tmp_path):
+    handle = launcher.start(flavour.never_ready(launcher), tmp_path / "server.log", LABELS)
     t = time.monotonic()
-    with pytest.raises(StartupTimeout, match="not ready after 1 s") as err:
-        launcher.wait_ready(handle, timeout_s=1)
-    assert 0.9 < time.monotonic() - t < 5
-    assert "loading forever" in err.value.log_tail
-    launcher.stop(handle)
-    assert not alive(handle.pid)
+    try:
+        with pytest.raises(StartupTimeout, match="not ready after 1 s") as err:
+            launcher.wait_ready(handle, timeout_s=1)
+        assert 0.9 < time.monotonic() - t < 5
+        assert flavour.waiting_line in err.value.log_tail
+    finally:
+        launcher.stop(handle)
+    assert wait_for(lambda: flavour.gone(handle))
 
 
-def test_stop_reaches_children_of_the_server(launcher, tmp_path):
+def test_reap_removes_only_this_studys_leftovers(flavour, tmp_path):
+    import subprocess
+
+    state = tmp_path / "state"
+    gone = subprocess.Popen([sys.executable, "-c", "pass"])  # a tuner that was killed
+    gone.wait()
+    dead_owner = f"{socket.gethostname()}:{gone.pid}:0"
+    killed, theirs, alive_worker = flavour.make(state, dead_owner), flavour.make(state), flavour.make(state)
+    a = killed.start(flavour.serving(killed), tmp_path / "a.log", LABELS)
+    other = {"autotuner.study": LABELS["autotuner.study"] + "-other"}
+    b = theirs.start(flavour.serving(theirs), tmp_path / "b.log", other)
+    c = alive_worker.start(flavour.serving(alive_worker), tmp_path / "c.log", LABELS)
+    try:
+        # A new launcher finds the leftover of the killed tuner by its labels, and spares the engine of
+        # a worker of the same study that still runs.
+        assert flavour.make(state).reap(LABELS) == [flavour.ident(a)]
+        assert not flavour.gone(c)
+        if a.info.get("popen"):
+            a.info["popen"].wait(5)
+        assert wait_for(lambda: flavour.gone(a))
+        assert not flavour.gone(b)
+        assert flavour.make(state).reap(LABELS) == []
+    finally:
+        theirs.stop(b)
+        killed.stop(a)
+        alive_worker.stop(c)
+    assert wait_for(lambda: flavour.gone(b))
+
+
+# --- the local process only: its own ways of leaving nothing behind ---------------------------------------
+
+def test_process_stop_reaches_children_of_the_server(tmp_path):
+    launcher = ProcessLauncher(tmp_path / "state")
     code = ("import subprocess, sys, time; p = subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(600)']);"
             "print('child', p.pid, flush=True); time.sleep(600)")
     handle = launcher.start(python_spec(code, free_port()), tmp_path / "server.log", LABELS)
@@ -93,37 +223,9 @@ def test_stop_reaches_children_of_the_server(launcher, tmp_path):
     assert not alive(child)
 
 
-def test_reap_kills_only_this_studys_leftovers(tmp_path):
-    state = tmp_path / "state"
-    ours, theirs = ProcessLauncher(state), ProcessLauncher(state)
-    code = "import time; time.sleep(600)"
-    a = ours.start(python_spec(code, free_port()), tmp_path / "a.log", LABELS)
-    b = theirs.start(python_spec(code, free_port()), tmp_path / "b.log", {"autotuner.study": "other"})
-    try:
-        # While the tuner that started them lives, nothing is a leftover (another worker's engines).
-        assert ProcessLauncher(state).reap(LABELS) == []
-        assert alive(a.pid)
-        # As after a killed tuner: the owner recorded for `a` is a process that is gone.
-        import json
-        import subprocess
-
-        gone = subprocess.Popen([sys.executable, "-c", "pass"])
-        gone.wait()
-        pidfile = a.info["pidfile"]
-        pidfile.write_text(json.dumps({**json.loads(pidfile.read_text()), "owner": gone.pid}))
-        reaped = ProcessLauncher(state).reap(LABELS)
-        assert reaped == [str(a.pid)]
-        a.info["popen"].wait(5)
-        assert not alive(a.pid)
-        assert alive(b.pid)
-        assert ProcessLauncher(state).reap(LABELS) == []
-    finally:
-        theirs.stop(b)
-        ours.stop(a)
-
-
-def test_server_dies_with_a_killed_tuner(tmp_path):
-    """SIGKILL of the tuner leaves no engine behind: the kernel kills it (PR_SET_PDEATHSIG)."""
+def test_process_server_dies_with_a_killed_tuner(tmp_path):
+    """SIGKILL of the tuner leaves no engine behind: the kernel kills it (PR_SET_PDEATHSIG).
+    (A container outlives a killed tuner by design; `reap` removes it when the study resumes.)"""
     import subprocess
 
     script = (f"import sys, time; sys.path.insert(0, {str(Path(__file__).resolve().parents[2])!r});"

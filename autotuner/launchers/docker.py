@@ -1,0 +1,420 @@
+"""Run an engine in a Docker container, through the Docker SDK (never the docker CLI, never a shell).
+
+What a container changes, and where this module handles it:
+- Paths and ports differ inside. `context()` turns the tuner's host LaunchContext into the container's:
+  the model under its read-only mount (`/models`), listening on 0.0.0.0 at the container port (8000),
+  the image's own binary. Engine adapters build the spec from that and never learn about Docker.
+- The port is published on 127.0.0.1 only, at a free host port the daemon picks (no race with other
+  programs), or the server shares the host's network (`network_host`) on the tuner's free port.
+- Every container carries the labels `autotuner.study` and `autotuner.trial`. `reap` removes the
+  containers of one study that a killed tuner left (by label, and only that study's); `stop` stops a
+  container with its timeout and removes it, whatever the trial's outcome, and is safe twice.
+- The container's output is streamed into the trial's log file by a daemon thread while it runs; the
+  last lines of a failure are read from the daemon, which has them all.
+- Readiness polls the health URL and the container's state every 0.1 s with tenacity: an exit while
+  starting fails at once with the exit code, the OOM-killed flag and the last log lines.
+- Images are never pulled implicitly: `prepare()` checks that the image is on the daemon before any
+  trial (the SDK's implicit pull fails with an opaque 500 where no registry is reachable). Pulling is
+  opt-in (`docker.pull: true`) and reports progress.
+
+Each started container's image, image digest and id are `Handle.tags`, and its `docker run`
+equivalent is `Handle.artifacts["docker-run.txt"]`, so a trial can be reproduced by hand.
+"""
+
+from __future__ import annotations
+
+import os
+import shlex
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import replace
+from pathlib import Path, PurePosixPath
+from typing import Any
+
+import docker
+import httpx
+from docker.errors import APIError, DockerException, ImageNotFound, NotFound
+from docker.types import DeviceRequest, Mount
+from tenacity import RetryError, Retrying, retry_if_exception_type, stop_after_delay, wait_fixed
+
+from autotuner.config import DockerConfig
+from autotuner.engines._base import Engine, LaunchContext, LaunchSpec
+from autotuner.launchers._base import (EngineExited, Handle, LaunchError, StartupTimeout, owner_alive, tail,
+                                       this_owner)
+
+OWNER_LABEL = "autotuner.owner"  # host:pid:start of the tuner that started the container
+
+_FAILURE_TAIL_LINES = 120
+_POLL_S = 0.1
+_LOG_JOIN_S = 5.0
+
+
+class DockerSetupError(Exception):
+    """The daemon, the image or a mount is not usable. Raised before any trial starts; says what to do."""
+
+
+class _NotReady(Exception):
+    pass
+
+
+def _explain(e: Exception) -> str:
+    text = getattr(e, "explanation", None) or str(e)
+    return text.decode() if isinstance(text, bytes) else str(text)
+
+
+def docker_host() -> str:
+    return os.environ.get("DOCKER_HOST") or "unix:///var/run/docker.sock"
+
+
+def connect() -> docker.DockerClient:
+    """A client of the daemon at $DOCKER_HOST, or DockerSetupError saying how to start one."""
+    try:
+        client = docker.from_env(timeout=60)
+        client.ping()
+    except DockerException as e:
+        raise DockerSetupError(f"no Docker daemon reachable at {docker_host()} ({_explain(e).strip()}); "
+                               "start one with: eval \"$(scripts/start-dockerd.sh)\"") from None
+    return client
+
+
+class DockerLauncher:
+    """Starts LaunchSpecs as containers of `settings.image`; the model at `model_path` is mounted read-only.
+
+    `base_dir` resolves relative host paths of `settings.volumes` (the experiment file's folder). The
+    daemon is reached on first use (`context` needs none).
+    """
+
+    def __init__(self, settings: DockerConfig, *, model_path: Path | None = None, base_dir: Path = Path("."),
+                 owner: str | None = None):
+        self.settings = settings
+        self.owner = owner or this_owner()
+        self.model_path = model_path
+        self._client: docker.DockerClient | None = None
+        self._stream_client: docker.DockerClient | None = None
+        self._image: Any = None
+        # (host source, container target, read-only), the model's first.
+        self.mounts: list[tuple[Path, PurePosixPath, bool]] = []
+        if model_path is not None:
+            model_path = model_path.resolve()
+            root = PurePosixPath(settings.model_dir)
+            if model_path.is_dir():
+                self.mounts.append((model_path, root / model_path.name, True))
+            else:  # the folder, so that files beside the model (split GGUFs, tokenizers) come along
+                self.mounts.append((model_path.parent, root, True))
+        for v in settings.volumes:
+            self.mounts.append(((base_dir / v.host).resolve(), PurePosixPath(v.container), v.read_only))
+
+    @property
+    def client(self) -> docker.DockerClient:
+        if self._client is None:
+            self._client = connect()
+        return self._client
+
+    # --- before any trial -------------------------------------------------------------------------------
+
+    def prepare(self, progress: Callable[[str], None] | None = None) -> None:
+        """Check the mounts and the image; pull the image when it is missing and pulling is allowed."""
+        for source, target, _ in self.mounts:
+            if not source.exists():
+                raise DockerSetupError(f"field 'docker.volumes': {source} (for {target}) does not exist")
+        name = self.settings.image
+        try:
+            self._image = self.client.images.get(name)
+            return
+        except ImageNotFound:
+            pass
+        except APIError as e:
+            raise DockerSetupError(f"field 'docker.image': cannot inspect '{name}': {_explain(e)}") from None
+        if not self.settings.pull:
+            raise DockerSetupError(
+                f"field 'docker.image': '{name}' is not on the Docker daemon at {docker_host()}; build it "
+                "(scripts/build-engine-image.sh builds autotuner/llama-server locally) or set "
+                "'pull: true' in the experiment's docker section to pull it")
+        self._image = self._pull(name, progress or (lambda line: None))
+
+    def _pull(self, name: str, progress: Callable[[str], None]) -> Any:
+        repo, tag = docker.utils.parse_repository_tag(name)
+        layers: dict[str, tuple[int, int]] = {}
+        last = 0.0
+        progress(f"pulling {name}")
+        try:
+            for event in self.client.api.pull(repo, tag or "latest", stream=True, decode=True):
+                if "error" in event:
+                    raise DockerSetupError(f"field 'docker.image': pulling '{name}' failed: {event['error']}")
+                status, layer = event.get("status", ""), event.get("id")
+                detail = event.get("progressDetail") or {}
+                if layer and detail.get("total"):
+                    layers[layer] = (detail.get("current", 0), detail["total"])
+                if status in ("Downloading", "Extracting"):
+                    if time.monotonic() - last >= 1.0:
+                        last = time.monotonic()
+                        done, total = (sum(v[i] for v in layers.values()) / 1e6 for i in (0, 1))
+                        progress(f"pulling {name}: {status.lower()} {done:.0f}/{total:.0f} MB, {len(layers)} layer(s)")
+                elif layer:
+                    progress(f"pulling {name}: {layer}: {status}")
+                elif status:
+                    progress(f"pulling {name}: {status}")
+            return self.client.images.get(name)
+        except (APIError, ImageNotFound) as e:
+            raise DockerSetupError(f"field 'docker.image': pulling '{name}' failed: {_explain(e)}") from None
+
+    def engine_version(self, engine: Engine, labels: dict[str, str]) -> str:
+        """The engine's version as the image reports it (one short-lived container), or 'unknown'."""
+        ctx = self.context(LaunchContext(model_path=self.model_path or Path("/dev/null"),
+                                         served_model_name="version", port=0))
+        argv = engine.version_argv(engine.build({}, ctx).argv[0])
+        try:
+            out = self.client.containers.run(self.settings.image, argv, remove=True, stdout=True, stderr=True,
+                                             init=True, network_mode="none",
+                                             labels={**labels, "autotuner.role": "version"})
+        except DockerException:
+            return "unknown"
+        return engine.parse_version(out.decode("utf-8", "replace"))
+
+    # --- the launcher contract ------------------------------------------------------------------------
+
+    def context(self, host: LaunchContext) -> LaunchContext:
+        """The launch as the server in the container sees it: mounted model, container port, image binary."""
+        model = self.container_path(host.model_path)
+        if self.settings.network_host:
+            return replace(host, model_path=model, binary=self.settings.binary)
+        return replace(host, model_path=model, host="0.0.0.0", port=self.settings.container_port,
+                       binary=self.settings.binary)
+
+    def container_path(self, path: Path) -> Path:
+        """Where a host path is inside the container; a path under no mount is taken as the image's own."""
+        resolved = path.resolve()
+        for source, target, _ in self.mounts:
+            if resolved == source or source in resolved.parents:
+                return Path(target / resolved.relative_to(source))
+        return path
+
+    def start(self, spec: LaunchSpec, log_path: Path, labels: dict[str, str]) -> Handle:
+        if self._image is None:
+            self.prepare()
+        log_path.parent.mkdir(parents=True, exist_ok=True)
+        api = self.client.api
+        env = self._environment(spec)
+        port = f"{spec.port}/tcp"
+        host_config = api.create_host_config(
+            port_bindings=None if self.settings.network_host else {port: ("127.0.0.1",)},
+            network_mode="host" if self.settings.network_host else None,
+            ipc_mode="host" if self.settings.ipc_host else None,
+            shm_size=self.settings.shm_size,
+            mem_limit=self.settings.memory,
+            memswap_limit=self.settings.memory,
+            mounts=[Mount(str(target), str(source), type="bind", read_only=ro) for source, target, ro in self.mounts],
+            device_requests=self._device_requests(),
+            init=True,
+        )
+        try:
+            created = api.create_container(
+                self.settings.image, command=list(spec.argv), environment=env, labels={**labels, OWNER_LABEL: self.owner},
+                ports=None if self.settings.network_host else [port], host_config=host_config,
+                stop_timeout=self.settings.stop_timeout_s, detach=True)
+        except APIError as e:
+            raise LaunchError(f"docker could not create the container: {_explain(e)}") from None
+        container = self.client.containers.get(created["Id"])
+        try:
+            return self._started(container, spec, env, log_path, labels)
+        except APIError as e:
+            self._remove(container)
+            raise LaunchError(f"docker could not start the container: {_explain(e)}") from None
+        except BaseException:  # Ctrl-C included: a container nobody holds a handle to must not stay
+            self._remove(container)
+            raise
+
+    def _started(self, container: Any, spec: LaunchSpec, env: dict[str, str], log_path: Path,
+                 labels: dict[str, str]) -> Handle:
+        container.start()
+        container.reload()
+        port = f"{spec.port}/tcp"
+        host_port = self._host_port(container, port) if not self.settings.network_host else spec.port
+        thread = threading.Thread(target=_stream_logs, args=(self._streamer().api, container.id, log_path),
+                                  name=f"logs-{container.short_id}", daemon=True)
+        thread.start()
+        image_id = container.attrs.get("Image") or self._image.id
+        # A pulled image's registry digest (of the configured repository when it has several), else its id.
+        repo = docker.utils.parse_repository_tag(self.settings.image)[0]
+        digests = sorted(self._image.attrs.get("RepoDigests") or [], key=lambda d: d.split("@")[0] != repo)
+        handle = Handle(spec=spec, base_url=f"http://127.0.0.1:{host_port}", log_path=log_path,
+                        pid=container.attrs.get("State", {}).get("Pid") or None, container_id=container.id,
+                        info={"container": container, "log_thread": thread, "host_port": host_port})
+        handle.tags = {"autotuner.docker.image": self.settings.image,
+                       "autotuner.docker.image_digest": digests[0] if digests else image_id,
+                       "autotuner.docker.image_id": image_id,
+                       "autotuner.docker.container_id": container.id}
+        label_text = " ".join(f"{k}={v}" for k, v in sorted(labels.items()))
+        handle.artifacts = {"docker-run.txt": (
+            f"# Container {container.short_id} ({label_text}), image {self.settings.image} = {image_id}.\n"
+            "# The same server by hand (without the autotuner labels, so that no study's reaper removes it):\n"
+            + docker_run_line(self.settings, self.mounts, spec, env, host_port) + "\n")}
+        return handle
+
+    def is_running(self, handle: Handle) -> bool:
+        state = _state(handle.info["container"])
+        return state is not None and state.get("Status") == "running"
+
+    def wait_ready(self, handle: Handle, timeout_s: float) -> None:
+        container = handle.info["container"]
+        url = handle.base_url + handle.spec.health_path
+
+        def probe(client: httpx.Client) -> None:
+            state = _state(container)
+            if state is None or state.get("Status") in ("exited", "dead"):
+                raise self._exited(handle, state)
+            if handle.info["host_port"] is None:  # running, yet no published port: never reachable
+                raise _NotReady
+            try:
+                if client.get(url).status_code == 200:
+                    return
+            except httpx.TransportError:
+                pass
+            raise _NotReady
+
+        with httpx.Client(timeout=2.0, trust_env=False) as client:
+            try:
+                for attempt in Retrying(stop=stop_after_delay(timeout_s), wait=wait_fixed(_POLL_S),
+                                        retry=retry_if_exception_type(_NotReady)):
+                    with attempt:
+                        probe(client)
+            except RetryError:
+                raise StartupTimeout(f"server not ready after {timeout_s:g} s",
+                                     self.logs(handle, _FAILURE_TAIL_LINES)) from None
+
+    def logs(self, handle: Handle, lines: int = 40) -> str:
+        """The last lines: from the daemon while the container exists, else from the trial's log file."""
+        if not handle.info.get("removed"):
+            try:
+                data = handle.info["container"].logs(tail=lines)
+                return "\n".join(data.decode("utf-8", "replace").splitlines()[-lines:])
+            except (NotFound, APIError):
+                pass
+        return tail(handle.log_path, lines)
+
+    def stop(self, handle: Handle) -> None:
+        """Stop (SIGTERM to the container's init, SIGKILL after the stop timeout), then remove. Safe twice."""
+        if not handle.info.get("removed"):
+            container = handle.info["container"]
+            try:
+                container.stop(timeout=self.settings.stop_timeout_s)
+            except NotFound:
+                pass
+            except APIError:
+                pass  # already stopping or removed by someone else: remove below settles it
+            self._remove(container)
+            handle.info["removed"] = True
+        thread = handle.info.get("log_thread")
+        if thread is not None:
+            thread.join(_LOG_JOIN_S)  # the stream ends with the container: the log file is complete
+
+    def reap(self, labels: dict[str, str]) -> list[str]:
+        """Remove every container (running or not) that carries all of `labels`; return their short ids."""
+        if not labels:
+            raise ValueError("reap needs labels: without them it would match every container")
+        found = self.client.containers.list(all=True, ignore_removed=True,
+                                            filters={"label": [f"{k}={v}" for k, v in labels.items()]})
+        # A container whose tuner still runs belongs to another worker of the study: not a leftover.
+        leftovers = [c for c in found if not owner_alive(c.labels.get(OWNER_LABEL))]
+        for container in leftovers:
+            self._remove(container)
+        return [c.short_id for c in leftovers]
+
+    # --- helpers --------------------------------------------------------------------------------------
+
+    def _streamer(self) -> docker.DockerClient:
+        # Its own connection pool: a followed log stream holds a connection for the container's lifetime.
+        if self._stream_client is None:
+            self._stream_client = docker.from_env(version=self.client.api.api_version)
+        return self._stream_client
+
+    def _environment(self, spec: LaunchSpec) -> dict[str, str]:
+        env = {**spec.log_env, **spec.env, **self.settings.env, **spec.secret_env}
+        env.update({k: os.environ[k] for k in self.settings.pass_env if k in os.environ})
+        return env
+
+    def _device_requests(self) -> list[DeviceRequest] | None:
+        gpus = self.settings.gpus
+        if gpus is None:
+            return None
+        if gpus == "all":
+            return [DeviceRequest(count=-1, capabilities=[["gpu"]])]
+        if isinstance(gpus, int):
+            return [DeviceRequest(count=gpus, capabilities=[["gpu"]])]
+        return [DeviceRequest(device_ids=[str(g) for g in gpus], capabilities=[["gpu"]])]
+
+    def _host_port(self, container: Any, port: str) -> int | None:
+        for binding in (container.attrs.get("NetworkSettings", {}).get("Ports") or {}).get(port) or []:
+            if binding.get("HostIp") in ("127.0.0.1", "") and binding.get("HostPort"):
+                return int(binding["HostPort"])
+        return None  # exited before the port was bound: wait_ready reports the exit
+
+    def _exited(self, handle: Handle, state: dict[str, Any] | None) -> EngineExited:
+        if state is None:
+            return EngineExited("container disappeared while starting (removed from outside?)", None,
+                                tail(handle.log_path, _FAILURE_TAIL_LINES))
+        code, oom = state.get("ExitCode"), bool(state.get("OOMKilled"))
+        message = f"container exited with code {code} while starting"
+        if oom:
+            message += " (killed by the kernel's OOM killer)"
+        if state.get("Error"):
+            message += f": {state['Error']}"
+        return EngineExited(message, code, self.logs(handle, _FAILURE_TAIL_LINES), oom_killed=oom)
+
+    def _remove(self, container: Any) -> None:
+        try:
+            container.remove(force=True)
+        except NotFound:
+            pass
+        except APIError as e:
+            if e.status_code != 409:  # 409: a removal is already in progress
+                raise
+
+
+def docker_run_line(s: DockerConfig, mounts: list[tuple[Path, PurePosixPath, bool]], spec: LaunchSpec,
+                    env: dict[str, str], host_port: int | None) -> str:
+    """The `docker run` command that starts the same server by hand (foreground, removed on exit).
+
+    Variables named in `pass_env` appear by name only (`-e NAME`: docker takes the value from the caller's
+    environment), so a secret never reaches the tracker."""
+    args = ["docker", "run", "--rm", "--init"]
+    if s.network_host:
+        args += ["--network", "host"]
+    else:
+        args += ["-p", f"127.0.0.1:{host_port or ''}:{spec.port}"]
+    if s.ipc_host:
+        args += ["--ipc", "host"]
+    if s.shm_size:
+        args += ["--shm-size", s.shm_size]
+    if s.memory:
+        args += ["--memory", s.memory, "--memory-swap", s.memory]
+    if s.gpus is not None:
+        gpus = s.gpus if isinstance(s.gpus, (str, int)) else '"device=' + ",".join(map(str, s.gpus)) + '"'
+        args += ["--gpus", str(gpus)]
+    for source, target, read_only in mounts:
+        args += ["-v", f"{source}:{target}" + (":ro" if read_only else "")]
+    for key in sorted(env):
+        args += ["-e", key if key in s.pass_env else f"{key}={env[key]}"]
+    args += ["--stop-timeout", str(s.stop_timeout_s), s.image, *spec.argv]
+    return shlex.join(args)
+
+
+def _state(container: Any) -> dict[str, Any] | None:
+    """The container's State (Status, ExitCode, OOMKilled, Error), fresh from the daemon; None once removed."""
+    try:
+        container.reload()
+    except NotFound:
+        return None
+    return container.attrs.get("State") or {}
+
+
+def _stream_logs(api: docker.APIClient, container_id: str, path: Path) -> None:
+    """Follow the container's stdout and stderr into `path` until the container is gone."""
+    try:
+        with path.open("ab") as f:
+            for chunk in api.logs(container_id, stream=True, follow=True, stdout=True, stderr=True):
+                f.write(chunk)
+                f.flush()
+    except Exception:  # the daemon went away (requests' errors), the file became unwritable: keep what came
+        pass
