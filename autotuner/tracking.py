@@ -10,7 +10,7 @@ from __future__ import annotations
 import json
 import logging
 import tempfile
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -103,6 +103,14 @@ class MlflowTracker:
         now = _now_ms()
         self.client.log_batch(run_id, metrics=[Metric(k, float(v), now, step) for k, v in metrics.items()])
 
+    def log_series(self, run_id: str, points: Sequence[tuple[str, float, int, int]]) -> None:
+        """Metric histories: (key, value, step, timestamp in ms) points, e.g. the engine's /metrics samples."""
+        from mlflow.entities import Metric
+
+        batch = [Metric(k, float(v), ts, step) for k, v, step, ts in points if v == v]  # NaN left out
+        for i in range(0, len(batch), 1000):  # MLflow's limit per batch
+            self.client.log_batch(run_id, metrics=batch[i:i + 1000])
+
     def end_trial(self, run_id: str, *, status: str, params: Mapping[str, Any], metrics: Mapping[str, float],
                   tags: Mapping[str, str], artifacts: Mapping[str, str | Path]) -> None:
         """Log a finished trial. status: FINISHED (complete), FAILED (failed/infeasible), KILLED (pruned/interrupted)."""
@@ -129,14 +137,16 @@ class MlflowTracker:
             tags=[RunTag(k, str(v)) for k, v in (tags or {}).items()],
         )
         for name, content in (artifacts or {}).items():
+            # "plots/x.png" goes into the run's plots/ folder; a Path keeps its own file name.
+            folder = str(Path(name).parent) if "/" in name else None
             if isinstance(content, Path):
                 if content.is_file():
-                    self.client.log_artifact(run_id, str(content))
+                    self.client.log_artifact(run_id, str(content), artifact_path=folder)
             else:
                 with tempfile.TemporaryDirectory() as tmp:
-                    path = Path(tmp) / name
+                    path = Path(tmp) / Path(name).name
                     path.write_text(content)
-                    self.client.log_artifact(run_id, str(path))
+                    self.client.log_artifact(run_id, str(path), artifact_path=folder)
 
 
 def _param_text(value: Any) -> str:

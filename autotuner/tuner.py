@@ -22,8 +22,12 @@ from typing import Any
 import optuna
 from optuna.trial import TrialState
 
+from autotuner import host
 from autotuner.bench.metrics import LevelResult
 from autotuner.bench.runner import run_level
+from autotuner.bench.server_metrics import ServerMetricsSampler
+from autotuner.bench.server_metrics import summarize as summarize_samples
+from autotuner.bench.spread import spread_metrics
 from autotuner.bench.workload import Workload
 from autotuner.config import Experiment
 from autotuner.engines._base import Engine, LaunchContext
@@ -32,7 +36,9 @@ from autotuner.objective import level_value, trial_value
 from autotuner.progress import Progress
 from autotuner.space import SearchSpace
 from autotuner.study import best_trial, open_study
+from autotuner.study_artifacts import StudyArtifacts
 from autotuner.tracking import MlflowTracker
+from autotuner.trial_records import TrialRecords
 
 LOG_TAIL_LINES = 30
 
@@ -70,7 +76,11 @@ class Tuner:
         self.labels = {"autotuner.study": self.cfg.study_name}
         self._progress_factory = progress or (lambda total: Progress(total, self.cfg.objective.metric))
         self.engine_version = self._engine_version()
+        self.host = host.fingerprint()
         self.study = open_study(self.cfg, n_levels=len(self.cfg.load.levels()))
+        self.artifacts = StudyArtifacts(self.study, experiment, engine, tracker, self.workdir, binary=binary,
+                                        engine_version=self.engine_version, environment=self._environment())
+        self._records = TrialRecords()
 
     # --- the study --------------------------------------------------------------------------------------
 
@@ -82,6 +92,7 @@ class Tuner:
             progress.note(f"removed {len(reaped)} engine(s) left by an interrupted run: {', '.join(reaped)}")
         self.tracker.start_study(self.cfg.study_name, params=self._study_params(), tags=self._common_tags())
         self._enqueue_first_trials()
+        self.artifacts.start()
         deadline = time.monotonic() + timeout_s if timeout_s else None
         try:
             for index in range(1, n_trials + 1):
@@ -89,9 +100,11 @@ class Tuner:
                     progress.note(f"time budget of {timeout_s:g} s spent after {index - 1} trial(s)")
                     break
                 self._run_trial(index, progress)
+                self.artifacts.after_trial()
         except KeyboardInterrupt:
             self.tracker.end_study("KILLED")
             raise
+        self.artifacts.finish()
         self._log_study_summary()
         self.tracker.end_study("FINISHED")
         return self.study
@@ -118,6 +131,7 @@ class Tuner:
         trial_dir = self.workdir / f"trial-{trial.number:04d}"
         run_id = self.tracker.start_trial(trial.number, tags={**self._common_tags(), "autotuner.baseline": str(baseline).lower()})
         timings: dict[str, float] = {}
+        self._records = TrialRecords()
         handle: Handle | None = None
         command = ""
         interrupted = False
@@ -127,6 +141,7 @@ class Tuner:
                 raise _Failed("infeasible", "; ".join(broken))
             spec = self.engine.build(params, self.launch_context(free_port()))
             command = spec.command_line()
+            self._records.spec = spec
             progress.phase("launching")
             t = time.perf_counter()
             handle = self.launcher.start(spec, trial_dir / "server.log", {**self.labels, "autotuner.trial": str(trial.number)})
@@ -165,12 +180,30 @@ class Tuner:
                             timeout_s=w.request_timeout_s, **levels[0])
             timings["warmup_s"] = time.perf_counter() - t
         results: list[LevelResult] = []
+        sampler = ServerMetricsSampler(handle.base_url, self.engine.name)
+        sampler.start()
+        try:
+            return await self._measure_levels(handle, trial, run_id, progress, timings, workload, sampler, results)
+        finally:
+            await sampler.stop()
+            timings["server_metrics_cpu_s"] = sampler.poll_cpu_s
+            self._records.add_samples(sampler)
+
+    async def _measure_levels(self, handle: Handle, trial: optuna.Trial, run_id: str, progress: Progress,
+                              timings: dict[str, float], workload: Workload, sampler: ServerMetricsSampler,
+                              results: list[LevelResult]) -> TrialResult:
+        w = self.cfg.workload
+        model = handle.spec.served_model_name
         t = time.perf_counter()
-        for step, level in enumerate(levels):
+        for step, level in enumerate(self.cfg.load.levels()):
             progress.phase(f"measuring {_level_text(level)} ({w.num_prompts} requests)")
-            result, _records = await run_level(handle.base_url, model, workload, timeout_s=w.request_timeout_s, **level)
+            sampler.mark()
+            result, records = await run_level(handle.base_url, model, workload, timeout_s=w.request_timeout_s, **level)
+            self._records.add_level(step, records)
             results.append(result)
-            metrics = result.metrics()
+            metrics = {**level, **result.metrics(), **spread_metrics(records),
+                       **summarize_samples(sampler.level_samples(step), self.engine.name)}
+            self._records.level_metrics.append(metrics)
             self.tracker.log_step(run_id, step, metrics)
             if not self.launcher.is_running(handle):
                 raise _Failed("crashed-mid-run", f"server died while measuring {_level_text(level)}",
@@ -184,13 +217,13 @@ class Tuner:
                 timings["measure_s"] = time.perf_counter() - t
                 return TrialResult("PRUNED", levels=results, reason=f"pruned after {_level_text(level)}")
         timings["measure_s"] = time.perf_counter() - t
-        return TrialResult("COMPLETE", value=trial_value([r.metrics() for r in results], self.cfg.objective),
+        return TrialResult("COMPLETE", value=trial_value(self._records.level_metrics, self.cfg.objective),
                            levels=results)
 
     def _finish(self, trial: optuna.Trial, run_id: str, params: dict[str, Any], result: TrialResult,
                 command: str, trial_dir: Path, timings: dict[str, float], t0: float, progress: Progress) -> None:
         timings["total_s"] = time.perf_counter() - t0
-        level_metrics = [r.metrics() for r in result.levels]
+        level_metrics = self._records.level_metrics[:len(result.levels)] or [r.metrics() for r in result.levels]
         attrs = {"state": result.state, "command": command, "timings": timings, "levels": level_metrics,
                  "engine_version": self.engine_version}
         if result.failure_class:
@@ -205,7 +238,7 @@ class Tuner:
 
         final = _final_metrics(level_metrics, self.cfg.objective.metric, self.cfg.objective.direction)
         tags = {"autotuner.state": result.state, "autotuner.failure_class": result.failure_class or "",
-                "autotuner.failure_reason": (result.reason or "")[:5000]}
+                "autotuner.failure_reason": (result.reason or "")[:5000], **self._records.image_tags()}
         bench = {"state": result.state, "value": result.value, "levels": [r.to_json() for r in result.levels]}
         artifacts: dict[str, str | Path] = {"bench.json": json.dumps(bench, indent=2),
                                             "server.log": trial_dir / "server.log"}
@@ -213,10 +246,15 @@ class Tuner:
             artifacts["command.txt"] = command + "\n"
         if result.log_tail:
             artifacts["failure.txt"] = f"{result.failure_class}: {result.reason}\n\n{result.log_tail}\n"
+        artifacts.update(self._records.artifacts(trial_dir, self.engine.tuning_args(params), command,
+                                                 self.artifacts.experiment_text))
+        self.tracker.log_series(run_id, self._records.series(self.engine.name))
         status = {"COMPLETE": "FINISHED", "PRUNED": "KILLED"}.get(result.state, "FAILED")
         if result.failure_class == "interrupted":
             status = "KILLED"
-        self.tracker.end_trial(run_id, status=status, params=params or {"baseline": "engine defaults"},
+        logged_params = {**params, "engine_args": " ".join(self.engine.tuning_args(params))} if params else \
+            {"baseline": "engine defaults", "engine_args": ""}
+        self.tracker.end_trial(run_id, status=status, params=logged_params,
                                metrics={**final, **{f"time_{k}": v for k, v in timings.items()}},
                                tags=tags, artifacts=artifacts)
         best = best_trial(self.study)
@@ -251,7 +289,11 @@ class Tuner:
     def _common_tags(self) -> dict[str, str]:
         return {"autotuner.engine": self.engine.name, "autotuner.engine_version": self.engine_version,
                 "autotuner.launcher": self.cfg.launcher, "autotuner.host": platform.node(),
-                "autotuner.cpu": platform.processor() or platform.machine()}
+                "autotuner.cpu": platform.processor() or platform.machine(), **host.tags(self.host)}
+
+    def _environment(self) -> dict[str, Any]:
+        return {"engine": self.engine.name, "engine_version": self.engine_version, "launcher": self.cfg.launcher,
+                "host": self.host}
 
     def _study_params(self) -> dict[str, Any]:
         c = self.cfg
