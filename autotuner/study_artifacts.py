@@ -155,7 +155,8 @@ class StudyArtifacts:
         for path in result.files:
             if path.suffix == ".png" or path.name == "study.html":
                 artifacts[f"plots/{path.name}"] = path
-        self.tracker.log_study(artifacts=artifacts)
+        # The report is also the parent run's description, shown on its page in the MLflow UI.
+        self.tracker.log_study(artifacts=artifacts, tags={"mlflow.note.content": files["report.md"][:7900]})
         return summary
 
 

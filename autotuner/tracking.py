@@ -16,6 +16,8 @@ from typing import Any
 
 STUDY_TAG = "autotuner.study"
 ROLE_TAG = "autotuner.role"
+# MLflow 3's UI opens a "GenAI" overview for experiments of unknown kind; this opens the runs table.
+EXPERIMENT_KIND = {"mlflow.experimentKind": "custom_model_development"}
 
 
 def default_tracking_uri(root: Path) -> str:
@@ -50,7 +52,8 @@ class MlflowTracker:
         exp = self.client.get_experiment_by_name(study_name)
         if exp is None:
             location = (self._artifact_root / study_name).as_uri() if self._artifact_root else None
-            self.experiment_id = self.client.create_experiment(study_name, artifact_location=location)
+            self.experiment_id = self.client.create_experiment(study_name, artifact_location=location,
+                                                               tags=EXPERIMENT_KIND)
         else:
             self.experiment_id = exp.experiment_id
         found = self.client.search_runs(

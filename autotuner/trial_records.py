@@ -9,8 +9,8 @@ until then is kept) and turns it into MLflow artifacts and step metrics when the
 - `server_metrics.jsonl`: one line per /metrics sample, `{"t_s": ..., "level": i, <canonical name>: ...}`;
 - `argv.json`: argv, environment and image of the launch, exactly as passed;
 - `experiment.yaml`: the experiment as resolved for this study;
-- step metrics `server_<name>` (step = milliseconds since the measurement began, timestamp = wall
-  time), and for counters the rate between samples, `server_<name without _total>_per_s`.
+- step metrics `server/<name>` (step = milliseconds since the measurement began, timestamp = wall
+  time), and for counters the rate between samples, `server/<name without _total>_per_s`.
 """
 
 from __future__ import annotations
@@ -78,11 +78,11 @@ class TrialRecords:
             step = int(s.t_s * 1000)
             ts = self._wall_t0_ms + step
             for name, value in s.values.items():
-                points.append((f"server_{name}", value, step, ts))
+                points.append((f"server/{name}", value, step, ts))
                 if kind.get(name) == "counter" and previous is not None and name in previous.values:
                     dt = s.t_s - previous.t_s
                     if dt > 0:
                         rate = max(value - previous.values[name], 0.0) / dt
-                        points.append((f"server_{name.removesuffix('_total')}_per_s", rate, step, ts))
+                        points.append((f"server/{name.removesuffix('_total')}_per_s", rate, step, ts))
             previous = s
         return points

@@ -204,7 +204,9 @@ class Tuner:
             metrics = {**level, **result.metrics(), **spread_metrics(records),
                        **summarize_samples(sampler.level_samples(step), self.engine.name)}
             self._records.level_metrics.append(metrics)
-            self.tracker.log_step(run_id, step, metrics)
+            # Per level under level/ (MLflow charts them as one section); the run's own metrics, logged at
+            # the end, are the best level's, so the runs table compares trials by what they scored.
+            self.tracker.log_step(run_id, step, {f"level/{k}": v for k, v in metrics.items()})
             if not self.launcher.is_running(handle):
                 raise _Failed("crashed-mid-run", f"server died while measuring {_level_text(level)}",
                               self.launcher.logs(handle, LOG_TAIL_LINES))
