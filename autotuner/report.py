@@ -320,11 +320,13 @@ def _env_rows(s: StudySummary) -> list[tuple[str, str]]:
 def to_markdown(s: StudySummary, engine: Engine | None = None, command: str | None = None) -> str:
     """The status report as Markdown (reads as plain text too)."""
     out: list[str] = [f"# Tuning report: study `{s.study_name}`", ""]
-    out += ["## Verdict", "", verdict(s)]
+    out += ["## Verdict", "", f"- {verdict(s)}"]
     if s.best is not None:
-        out.append(f"Binding limit: **{s.study_limit}**" + (f" ({s.study_limit_why})." if s.study_limit_why else "."))
+        out.append(f"- Binding limit: **{s.study_limit}**" + (f" ({s.study_limit_why})." if s.study_limit_why else "."))
         if s.best.plateau:
-            out.append(f"Plateau: {s.best.plateau}.")
+            out.append(f"- Plateau: {s.best.plateau}.")
+        if s.convergence:
+            out.append(f"- Search: {s.convergence}.")
     out.append("")
     env = _env_rows(s)
     if env:

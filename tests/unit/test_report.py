@@ -94,7 +94,7 @@ def test_markdown_report_has_every_section():
     for heading in ("## Verdict", "## Environment", "## What was tried", "## Top 5", "## Limits and plateaus",
                     "## Next steps", "## Run the winner", "## Files"):
         assert heading in md
-    assert "Best: trial #3 at 800.0 output_tok_per_s (±3% within the run), baseline 400.0: +100.0% over the " \
+    assert "- Best: trial #3 at 800.0 output_tok_per_s (±3% within the run), baseline 400.0: +100.0% over the " \
            "engine defaults; target 1,000.0: not met (20% short)." in md
     assert "| GPUs | 8 × NVIDIA H200 |" in md and "| Driver / CUDA | 570.86 / 12.8 |" in md
     assert "GPU0\tX\tNV18" in md

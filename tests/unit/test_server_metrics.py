@@ -101,11 +101,17 @@ def test_sampler_polls_a_real_socket_and_splits_samples_by_level():
         server = await asyncio.start_server(handle, "127.0.0.1", 0)
         port = server.sockets[0].getsockname()[1]
         sampler = ServerMetricsSampler(f"http://127.0.0.1:{port}", "vllm", interval_s=0.05)
+        async def until(n: int) -> None:  # a loaded machine polls late: wait for samples, not for time
+            for _ in range(200):
+                if len(sampler.samples) >= n:
+                    return
+                await asyncio.sleep(0.025)
+
         sampler.start()
         sampler.mark()
-        await asyncio.sleep(0.22)
+        await until(2)
         sampler.mark()
-        await asyncio.sleep(0.22)
+        await until(len(sampler.samples) + 2)
         await sampler.stop()
         server.close()
         await server.wait_closed()
