@@ -160,6 +160,132 @@ def make_model(
     typer.echo(str(out))
 
 
+def _study_for_reading(experiment: Path, storage: Optional[str], study: Optional[str]):
+    """(optuna study, experiment) for `report` and `best`; exits 2 with one line when it cannot."""
+    from autotuner.config import ConfigError, load_experiment
+    from autotuner.study_artifacts import open_existing
+
+    try:
+        exp = load_experiment(experiment) if (experiment.exists() or not (storage and study)) else None
+        return open_existing(exp, storage, study)
+    except ConfigError as e:
+        _fail(str(e))
+        raise  # unreachable: _fail exits
+
+
+_READ_EXPERIMENT = typer.Option(Path("experiments/quickstart.yaml"), "--experiment", "-e",
+                                help="Experiment file: names the storage and the study (default: the quickstart).")
+_READ_STORAGE = typer.Option(None, "--storage", help="Optuna storage URL (default: the experiment's).")
+_READ_STUDY = typer.Option(None, "--study", help="Study name (default: the experiment's).")
+
+
+@app.command()
+def report(
+    experiment: Path = _READ_EXPERIMENT,
+    storage: Optional[str] = _READ_STORAGE,
+    study: Optional[str] = _READ_STUDY,
+    fmt: str = typer.Option("text", "--format", "-f", help="text (terminal), markdown or json (for sharing)."),
+    top: int = typer.Option(5, "--top", min=1, help="Trials in the top table."),
+    target: Optional[float] = typer.Option(None, "--target", help="Objective value to compare the best against."),
+    results: Path = typer.Option(Path("results"), "--results", help="Folder the study's plots and files are in."),
+    plots: bool = typer.Option(False, "--plots", help="(Re)draw the study's plots (HTML and PNG) first."),
+) -> None:
+    """The study's status report: top trials, outcomes, gain over the baseline, limits, next steps."""
+    if fmt not in ("text", "markdown", "json"):
+        _fail(f"--format: expected text, markdown or json (got {fmt!r})")
+    from autotuner import report as rep
+    from autotuner.engines._base import EngineError, get_engine
+    from autotuner.study_artifacts import bounds, winner_text
+    from autotuner.study_artifacts import target as exp_target
+
+    optuna_study, exp = _study_for_reading(experiment, storage, study)
+    folder = results / optuna_study.study_name
+    if plots:
+        from autotuner.plots import write_plots
+
+        write_plots(optuna_study, folder / "plots", png=True)
+    summary = rep.summarize(optuna_study, exp.config.objective.metric, top_k=top,
+                            target=target if target is not None else exp_target(exp), bounds=bounds(exp))
+    summary.plots = sorted(str(p) for p in (folder / "plots").glob("*") if p.suffix in (".html", ".png"))
+    summary.best_files = sorted(str(p) for p in folder.glob("best*") if p.is_file())
+    try:
+        engine = get_engine(exp.config.engine)
+    except EngineError:
+        engine = None
+    command = None
+    if summary.best is not None and engine is not None:
+        command = winner_text("args", engine, exp, summary.best, _binary(exp.config.engine),
+                              _version(optuna_study, summary.best.number)).strip()
+    if fmt == "json":
+        typer.echo(json.dumps(rep.to_json(summary, command), indent=2))
+    elif fmt == "markdown":
+        typer.echo(rep.to_markdown(summary, engine, command))
+    else:
+        from rich.console import Console
+        from rich.markdown import Markdown
+
+        Console(width=None if sys.stdout.isatty() else 160).print(Markdown(rep.to_markdown(summary, engine, command)))
+    if not plots and not summary.plots:
+        typer.echo(f"(no plots under {folder / 'plots'}: `autotuner report --plots` draws them)", err=True)
+
+
+@app.command()
+def best(
+    experiment: Path = _READ_EXPERIMENT,
+    storage: Optional[str] = _READ_STORAGE,
+    study: Optional[str] = _READ_STUDY,
+    fmt: str = typer.Option("args", "--format", "-f",
+                            help="args (engine command), docker (`docker run` line), config (the engine's own "
+                                 "config file), yaml, or env (environment variables the engine reads)."),
+    image: Optional[str] = typer.Option(None, "--image", help="Image for --format docker (default: the engine's)."),
+    out: Optional[Path] = typer.Option(None, "--out", "-o", help="Write to this file instead of stdout."),
+) -> None:
+    """Print the best configuration, ready to run."""
+    from autotuner import export
+    from autotuner import report as rep
+    from autotuner.engines._base import EngineError, get_engine
+    from autotuner.study_artifacts import winner_text
+
+    if fmt not in export.FORMATS:
+        _fail(f"--format: expected one of {', '.join(export.FORMATS)} (got {fmt!r})")
+    optuna_study, exp = _study_for_reading(experiment, storage, study)
+    summary = rep.summarize(optuna_study, exp.config.objective.metric, top_k=1, importances=False)
+    if summary.best is None:
+        _fail(f"study '{optuna_study.study_name}' has no complete trial yet: nothing to export")
+    try:
+        engine = get_engine(exp.config.engine)
+    except EngineError as e:
+        _fail(str(e))
+        return
+    try:
+        text = winner_text(fmt, engine, exp, summary.best, _binary(exp.config.engine),
+                           _version(optuna_study, summary.best.number), image=image)
+    except export.ExportError as e:
+        _fail(str(e))
+        return
+    if out:
+        out.write_text(text)
+        typer.echo(f"wrote {out} (trial #{summary.best.number}, {summary.best.value:,.1f} "
+                   f"{exp.config.objective.metric})", err=True)
+    else:
+        typer.echo(text, nl=False)
+
+
+def _version(optuna_study, number: int) -> str:
+    """The engine version a trial ran (for image tags); 'latest' when unknown."""
+    version = optuna_study.trials[number].user_attrs.get("engine_version") or "unknown"
+    return "latest" if version == "unknown" else version
+
+
+def _binary(engine: str) -> Optional[str]:
+    if engine != "llamacpp":
+        return None
+    from autotuner import paths
+
+    found = paths.llama_server_binary()
+    return str(found) if found else None
+
+
 def main() -> None:
     app(prog_name="autotuner")
 

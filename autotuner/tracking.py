@@ -16,7 +16,7 @@ import json
 import logging
 import os
 import time
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TypeVar
@@ -30,6 +30,8 @@ LEVEL_PREFIX = "level/"  # per-load-level series (step = level index); plain nam
 STUDY_TAG = "autotuner.study"
 ROLE_TAG = "autotuner.role"
 _T = TypeVar("_T")
+# MLflow 3's UI opens a "GenAI" overview for experiments of unknown kind; this opens the runs table.
+EXPERIMENT_KIND = {"mlflow.experimentKind": "custom_model_development"}
 
 
 def default_tracking_uri(root: Path) -> str:
@@ -70,7 +72,8 @@ def trial_record(trial: FrozenTrial, artifact_dir: Path, metric: str, direction:
     tags.update(attrs.get("launch_tags") or {})
     return TrialRecord(
         number=trial.number, status=status,
-        params=dict(trial.params) or {"baseline": "engine defaults"},
+        # The params exactly as sampled, and the flags they became (what a user pastes).
+        params={**(dict(trial.params) or {"baseline": "engine defaults"}), "engine_args": attrs.get("engine_args", "")},
         metrics={**best_level(levels, metric, direction), **{f"time_{k}": v for k, v in timings.items()}},
         steps=levels, tags=tags, artifact_dir=artifact_dir,
     )
@@ -161,7 +164,8 @@ class MlflowTracker:
         exp = self.client.get_experiment_by_name(study_name)
         if exp is None:
             location = (self._artifact_root / study_name).as_uri() if self._artifact_root else None
-            self.experiment_id = self.client.create_experiment(study_name, artifact_location=location)
+            self.experiment_id = self.client.create_experiment(study_name, artifact_location=location,
+                                                               tags=EXPERIMENT_KIND)
         else:
             self.experiment_id = exp.experiment_id
         found = self.client.search_runs(
@@ -280,6 +284,17 @@ class MlflowTracker:
         self.missed = not self.available
         return logged
 
+    def log_series(self, run_id: str | None, points: Sequence[tuple[str, float, int, int]]) -> None:
+        """Metric histories: (key, value, step, timestamp in ms) points, e.g. the engine's /metrics samples."""
+        from mlflow.entities import Metric
+
+        if not run_id:
+            return
+        batch = [Metric(k, float(v), ts, step) for k, v, step, ts in points if v == v]  # NaN left out
+        for i in range(0, len(batch), 1000):  # MLflow's limit per batch
+            chunk = batch[i:i + 1000]
+            self._safe("server metrics", lambda: self.client.log_batch(run_id, metrics=chunk))
+
     # --- helpers --------------------------------------------------------------------------------------
 
     def _log_params(self, run_id: str, params: Mapping[str, Any]) -> None:
@@ -299,11 +314,13 @@ class MlflowTracker:
             tags=[RunTag(k, str(v)) for k, v in (tags or {}).items()],
         )
         for name, content in (artifacts or {}).items():
+            # "plots/x.png" goes into the run's plots/ folder; a Path keeps its own file name.
+            folder = str(Path(name).parent) if "/" in name else None
             if isinstance(content, Path):
                 if content.is_file():
-                    self.client.log_artifact(run_id, str(content))
+                    self.client.log_artifact(run_id, str(content), artifact_path=folder)
             else:
-                self.client.log_text(run_id, content, name)
+                self.client.log_text(run_id, content, name)  # name may hold a folder: plots/x.html
 
 
 def _param_text(value: Any) -> str:

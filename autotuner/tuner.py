@@ -25,9 +25,12 @@ from optuna.trial import TrialState
 
 from autotuner.bench.metrics import LevelResult
 from autotuner.bench.runner import run_level
+from autotuner.bench.server_metrics import ServerMetricsSampler
+from autotuner.bench.server_metrics import summarize as summarize_samples
+from autotuner.bench.spread import spread_metrics
 from autotuner.bench.workload import Workload
 from autotuner.config import Experiment
-from autotuner import locks, secrets, stopping
+from autotuner import host, locks, secrets, stopping
 from autotuner.engines._base import Engine, LaunchContext, LaunchSpec
 from autotuner.launchers._base import Handle, LaunchError, Launcher, free_port
 from autotuner.objective import SloViolated, level_value, saturated, slo_violations, trial_value
@@ -37,7 +40,9 @@ from autotuner.sampling import FAILURE_CONSTRAINT
 from autotuner.recovery import WORKER_ATTR, Heartbeat, recover_stale_trials, this_worker
 from autotuner.space import SearchSpace
 from autotuner.study import best_trial, open_study
+from autotuner.study_artifacts import StudyArtifacts
 from autotuner.tracking import MlflowTracker, TrialRecord, trial_record
+from autotuner.trial_records import TrialRecords
 
 LOG_TAIL_LINES = 30
 
@@ -53,10 +58,11 @@ class TrialResult:
     reused_from: int | None = None  # the trial whose measurement of the same config this repeats
     launch_tags: dict[str, str] = field(default_factory=dict)
     launch_artifacts: dict[str, str] = field(default_factory=dict)  # file name -> text
-    level_metrics: list[dict[str, float]] = field(default_factory=list)  # when reused, not re-measured
+    level_metrics: list[dict[str, float]] = field(default_factory=list)  # the full per-level metrics
 
     def metrics(self) -> list[dict[str, float]]:
-        return [r.metrics() for r in self.levels] or self.level_metrics
+        """Per level: the load generator's metrics, their spread and the engine's own /metrics."""
+        return self.level_metrics or [r.metrics() for r in self.levels]
 
 
 class _Failed(Exception):
@@ -82,7 +88,11 @@ class Tuner:
         self.labels = {"autotuner.study": self.cfg.study_name}
         self._progress_factory = progress or (lambda total: Progress(total, self.cfg.objective.metric))
         self.engine_version = engine_version or self._engine_version()  # given: e.g. read from an image
+        self.host = host.fingerprint()
         self.study = open_study(self.cfg, n_levels=len(self.cfg.load.levels()))
+        self.artifacts = StudyArtifacts(self.study, experiment, engine, tracker, self.workdir, binary=binary,
+                                        engine_version=self.engine_version, environment=self._environment())
+        self._records = TrialRecords()
         self._stop = StopRequests()
         self.secrets = secrets.collect(self.cfg.secret_env)
         self.redact = secrets.Redactor(self.secrets)
@@ -108,6 +118,7 @@ class Tuner:
         self._sync_tracking(force=True)
         with locks.creating(self.cfg.study.storage):  # two tuners starting at once queue the baseline once
             self._enqueue_first_trials()
+        self.artifacts.start()
         deadline = time.monotonic() + timeout_s if timeout_s else None
         self._stop = StopRequests(on_first=lambda name: progress.note(
             f"{name}: finishing the measurement under way, then stopping (again to stop at once)"))
@@ -120,6 +131,7 @@ class Tuner:
                         progress.note(f"time budget of {timeout_s:g} s spent after {index - 1} trial(s)")
                         break
                     self._run_trial(index, progress)
+                    self.artifacts.after_trial()
                     if decision := self._stop_decision():
                         progress.note(f"stopping: {decision.message}")
                         self.study.set_user_attr("stop_reason", decision.message)
@@ -129,6 +141,7 @@ class Tuner:
             except KeyboardInterrupt:
                 self.tracker.end_study("KILLED")
                 raise
+        self.artifacts.finish()
         self._log_study_summary()
         if self._stop.requested:
             self.tracker.end_study("KILLED")
@@ -211,6 +224,7 @@ class Tuner:
         self._sync_tracking()
         run_id = self.tracker.start_trial(trial.number, tags={**self._common_tags(), "autotuner.baseline": str(baseline).lower()})
         timings: dict[str, float] = {}
+        self._records = TrialRecords()
         command = ""
         stop_now = False
         with Heartbeat(self.study, trial):
@@ -240,6 +254,7 @@ class Tuner:
                 raise _Failed("infeasible", "; ".join(broken))
             spec = self.launch_spec(params, free_port())
             command = spec.command_line()
+            self._records.spec = spec
             progress.phase("launching")
             t = time.perf_counter()
             labels = {**self.labels, "autotuner.trial": label or str(trial.number if trial else "")}
@@ -316,15 +331,34 @@ class Tuner:
                             timeout_s=w.request_timeout_s, **levels[0])
             timings["warmup_s"] = time.perf_counter() - t
             self._check_stop("after warming up")
+        sampler = ServerMetricsSampler(handle.base_url, self.engine.name)
+        sampler.start()
+        try:
+            return await self._measure_levels(handle, trial, run_id, progress, timings, workload, sampler)
+        finally:
+            await sampler.stop()
+            timings["server_metrics_cpu_s"] = sampler.poll_cpu_s
+            self._records.add_samples(sampler)
+
+    async def _measure_levels(self, handle: Handle, trial: optuna.Trial | None, run_id: str | None,
+                              progress: Progress, timings: dict[str, float], workload: Workload,
+                              sampler: ServerMetricsSampler) -> TrialResult:
+        w = self.cfg.workload
+        model = handle.spec.served_model_name
+        levels = self.cfg.load.levels()
         results: list[LevelResult] = []
         t = time.perf_counter()
         for step, level in enumerate(levels):
             of = f" [{step + 1}/{len(levels)}]" if len(levels) > 1 else ""
             progress.phase(f"measuring {_level_text(level)}{of} ({w.num_prompts} requests)")
-            result, _records = await run_level(handle.base_url, model, workload, timeout_s=w.request_timeout_s, **level)
+            sampler.mark()
+            result, records = await run_level(handle.base_url, model, workload, timeout_s=w.request_timeout_s, **level)
+            self._records.add_level(step, records)
             results.append(result)
-            metrics = result.metrics()
-            self.tracker.log_step(run_id, step, metrics)
+            metrics = {**level, **result.metrics(), **spread_metrics(records),
+                       **summarize_samples(sampler.level_samples(step), self.engine.name)}
+            self._records.level_metrics.append(metrics)
+            self.tracker.log_step(run_id, step, metrics)  # under level/: the run's own metrics are the best level's
             timings["measure_s"] = time.perf_counter() - t
             if not self.launcher.is_running(handle):
                 raise _Failed("crashed-mid-run", f"server died while measuring {_level_text(level)}",
@@ -337,19 +371,23 @@ class Tuner:
             if trial is not None and not slo_violations(metrics, self.cfg.objective.slo):
                 trial.report(level_value(metrics, self.cfg.objective), step)
                 if trial.should_prune():
-                    return TrialResult("PRUNED", levels=results, reason=f"pruned after {_level_text(level)}")
+                    return TrialResult("PRUNED", levels=results, reason=f"pruned after {_level_text(level)}",
+                                       level_metrics=list(self._records.level_metrics))
             if self._stop.requested and more:
                 return TrialResult("FAIL", levels=results, failure_class="interrupted",
-                                   reason=f"stopped by {self._stop.requested} after {_level_text(level)}")
+                                   reason=f"stopped by {self._stop.requested} after {_level_text(level)}",
+                                   level_metrics=list(self._records.level_metrics))
             if more and self.cfg.load.stop_at_saturation and saturated(
                     [r.output_tok_per_s for r in results], self.cfg.load.saturation_gain):
                 progress.phase(f"saturated at {_level_text(level)}: higher loads skipped")
                 break
+        level_metrics = list(self._records.level_metrics)
         try:
-            value = trial_value([r.metrics() for r in results], self.cfg.objective)
+            value = trial_value(level_metrics, self.cfg.objective)
         except SloViolated as e:
-            return TrialResult("FAIL", levels=results, failure_class="slo-violated", reason=str(e))
-        return TrialResult("COMPLETE", value=value, levels=results)
+            return TrialResult("FAIL", levels=results, failure_class="slo-violated", reason=str(e),
+                               level_metrics=level_metrics)
+        return TrialResult("COMPLETE", value=value, levels=results, level_metrics=level_metrics)
 
     def _finish(self, trial: optuna.Trial, run_id: str | None, params: dict[str, Any], result: TrialResult,
                 command: str, trial_dir: Path, timings: dict[str, float], t0: float, progress: Progress) -> None:
@@ -359,7 +397,8 @@ class Tuner:
         self.redact.file(trial_dir / "server.log")
         level_metrics = result.metrics()
         attrs = {"state": result.state, "command": command, "timings": timings, "levels": level_metrics,
-                 "engine_version": self.engine_version, "launch_tags": result.launch_tags}
+                 "engine_version": self.engine_version, "engine_args": " ".join(self.engine.tuning_args(params)),
+                 "launch_tags": {**self._records.image_tags(), **result.launch_tags}}
         # Set even when empty: a retried trial starts with a copy of the failed one's attributes.
         attrs.update(failure_class=result.failure_class, failure_reason=result.reason if result.failure_class else None,
                      log_tail=result.log_tail[-4000:] or None, reused_from=result.reused_from)
@@ -379,6 +418,12 @@ class Tuner:
             (trial_dir / "command.txt").write_text(command + "\n")
         for name, text in result.launch_artifacts.items():
             (trial_dir / name).write_text(self.redact.text(text) or "")
+        extra = self._records.artifacts(trial_dir, self.engine.tuning_args(params), command,
+                                        self.artifacts.experiment_text)
+        for name, content in extra.items():  # requests.jsonl is written there already
+            if isinstance(content, str):
+                (trial_dir / name).write_text(self.redact.text(content) or "")
+        self.tracker.log_series(run_id, self._records.series(self.engine.name))
         if result.log_tail:
             (trial_dir / "failure.txt").write_text(f"{result.failure_class}: {result.reason}\n\n{result.log_tail}\n")
         self.tracker.log_trial(self._record(self.study._storage.get_trial(trial._trial_id)), run_id=run_id)
@@ -431,7 +476,11 @@ class Tuner:
     def _common_tags(self) -> dict[str, str]:
         return {"autotuner.engine": self.engine.name, "autotuner.engine_version": self.engine_version,
                 "autotuner.launcher": self.cfg.launcher, "autotuner.host": platform.node(),
-                "autotuner.cpu": platform.processor() or platform.machine()}
+                "autotuner.cpu": platform.processor() or platform.machine(), **host.tags(self.host)}
+
+    def _environment(self) -> dict[str, Any]:
+        return {"engine": self.engine.name, "engine_version": self.engine_version, "launcher": self.cfg.launcher,
+                "host": self.host}
 
     def _study_params(self) -> dict[str, Any]:
         c = self.cfg

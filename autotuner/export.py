@@ -1,0 +1,240 @@
+"""The winner, ready to run: an engine command line, a `docker run` line, or a file the engine reads.
+
+Pure: every function maps a LaunchSpec (or an engine's tuning args) to text, and never looks at the
+disk, Docker or the engine. Formats:
+
+- `args`   the engine's command line, exactly as the study launched it (on the export port).
+- `docker` `docker run` for the same configuration: the model's folder mounted read-only at /models,
+           the server listening on 0.0.0.0 inside and published on 127.0.0.1:<port> outside, GPUs
+           passed when the experiment has any. The image is the spec's own (Docker launcher) or the
+           engine's default image (`DEFAULT_IMAGES`); the image's entrypoint is the engine, so the
+           engine's executable is dropped from argv.
+- `config` the engine's own configuration file: vLLM and SGLang read YAML (`--config FILE`, keys are
+           the long option names without dashes); llama.cpp's llama-server reads INI presets from
+           `$XDG_CONFIG_HOME/llama.cpp/config.ini` (or ~/.config/llama.cpp/config.ini,
+           /etc/llama.cpp/config.ini; keys are option names without dashes, `[*]` applies to every
+           model) since the version the project builds (common/arg.cpp, common_params_apply_system_config).
+- `yaml`   YAML: the engine's config file for vLLM and SGLang; for llama.cpp, which reads no YAML, a
+           record of the winner (params, flags, command) that says so.
+- `env`    environment variables the engine reads (llama.cpp's LLAMA_ARG_*, from the `set_env` of
+           each option in common/arg.cpp); options without one are listed as still needing their flag.
+
+`docker_run_argv` is shared with the Docker launcher: one place decides how a spec runs in a container.
+"""
+
+from __future__ import annotations
+
+import shlex
+from collections.abc import Mapping, Sequence
+from pathlib import PurePosixPath
+from typing import Any
+
+import yaml
+
+from autotuner.engines._base import LaunchSpec
+
+FORMATS = ("args", "docker", "config", "yaml", "env")
+CONTAINER_MODEL_DIR = "/models"
+CONTAINER_PORT_DEFAULT = 8080
+
+# The image whose entrypoint is the engine's server, by engine, when the spec names none.
+DEFAULT_IMAGES = {
+    "llamacpp": "autotuner/llama-server:{version}",
+    "vllm": "vllm/vllm-openai:{version}",
+    "sglang": "lmsysorg/sglang:{version}",
+}
+
+# llama.cpp: short flag -> (long option name, env var or None). From common/arg.cpp of the vendored
+# llama.cpp (llama-cpp-python 0.3.36): -tb has no env var.
+LLAMACPP_OPTIONS: dict[str, tuple[str, str | None]] = {
+    "-np": ("parallel", "LLAMA_ARG_N_PARALLEL"),
+    "-t": ("threads", "LLAMA_ARG_THREADS"),
+    "-tb": ("threads-batch", None),
+    "-b": ("batch-size", "LLAMA_ARG_BATCH"),
+    "-ub": ("ubatch-size", "LLAMA_ARG_UBATCH"),
+    "-cb": ("cont-batching", "LLAMA_ARG_CONT_BATCHING"),
+    "-nocb": ("no-cont-batching", "LLAMA_ARG_CONT_BATCHING"),
+    "-fa": ("flash-attn", "LLAMA_ARG_FLASH_ATTN"),
+    "-ctk": ("cache-type-k", "LLAMA_ARG_CACHE_TYPE_K"),
+    "-ctv": ("cache-type-v", "LLAMA_ARG_CACHE_TYPE_V"),
+    "-c": ("ctx-size", "LLAMA_ARG_CTX_SIZE"),
+    "-kvu": ("kv-unified", "LLAMA_ARG_KV_UNIFIED"),
+    "-no-kvu": ("no-kv-unified", "LLAMA_ARG_KV_UNIFIED"),
+    "--cache-reuse": ("cache-reuse", "LLAMA_ARG_CACHE_REUSE"),
+    "-lm": ("load-mode", "LLAMA_ARG_LOAD_MODE"),
+    "--model": ("model", "LLAMA_ARG_MODEL"),
+    "--host": ("host", "LLAMA_ARG_HOST"),
+    "--port": ("port", "LLAMA_ARG_PORT"),
+    "--alias": ("alias", "LLAMA_ARG_ALIAS"),
+    "--metrics": ("metrics", "LLAMA_ARG_ENDPOINT_METRICS"),
+}
+_NEGATIVE = {"-nocb", "-no-kvu"}
+
+
+class ExportError(ValueError):
+    """The winner cannot be written in the asked format."""
+
+
+def option_pairs(args: Sequence[str]) -> list[tuple[str, str | None]]:
+    """argv options -> [(flag, value or None for a bare switch)], in order."""
+    pairs: list[tuple[str, str | None]] = []
+    i = 0
+    while i < len(args):
+        flag = args[i]
+        if not flag.startswith("-"):
+            raise ExportError(f"unexpected positional argument {flag!r}")
+        value = args[i + 1] if i + 1 < len(args) and not _is_flag(args[i + 1]) else None
+        pairs.append((flag, value))
+        i += 2 if value is not None else 1
+    return pairs
+
+
+def _is_flag(token: str) -> bool:
+    if not token.startswith("-") or token == "-":
+        return False
+    try:
+        float(token)  # -1 is a value
+        return False
+    except ValueError:
+        return True
+
+
+def _scalar(value: str | None) -> Any:
+    if value is None:
+        return True
+    for cast in (int, float):
+        try:
+            return cast(value)
+        except ValueError:
+            pass
+    return {"true": True, "false": False}.get(value.lower(), value)
+
+
+# --- docker -----------------------------------------------------------------------------------------
+
+def docker_run_argv(spec: LaunchSpec, *, engine: str, model_path: str, image: str | None = None,
+                    version: str = "latest", host_port: int = CONTAINER_PORT_DEFAULT, gpus: int = 0,
+                    name: str | None = None) -> list[str]:
+    """`docker run` argv for a spec: the model's folder at /models (read-only), the server on 0.0.0.0
+    inside, published on 127.0.0.1:host_port. `image` wins over the spec's, then the engine's default."""
+    image = image or spec.image or DEFAULT_IMAGES.get(engine, "{engine}:{version}").format(
+        version=_tag(version), engine=engine)
+    model = PurePosixPath(model_path)
+    container_model = f"{CONTAINER_MODEL_DIR}/{model.name}"
+    args = list(spec.argv[1:]) if not spec.image else list(spec.argv)
+    args = [container_model if a == model_path else a for a in args]
+    for i, a in enumerate(args[:-1]):
+        if a == "--host":
+            args[i + 1] = "0.0.0.0"
+    argv = ["docker", "run", "--rm", "--init"]
+    if name:
+        argv += ["--name", name]
+    argv += ["-p", f"127.0.0.1:{host_port}:{spec.port}", "-v", f"{model.parent}:{CONTAINER_MODEL_DIR}:ro"]
+    if gpus:
+        argv += ["--gpus", "all"]
+    for key, value in sorted(spec.env.items()):
+        argv += ["-e", f"{key}={value}"]
+    return argv + [image, *args]
+
+
+def _tag(version: str) -> str:
+    """An image tag from an engine version: '0.5.0-dev+0c1e570' -> '0.5.0-dev-0c1e570'."""
+    tag = "".join(c if c.isalnum() or c in "._-" else "-" for c in version)
+    return tag.strip(".-")[:128] or "latest"
+
+
+# --- config files -----------------------------------------------------------------------------------
+
+def long_option_config(args: Sequence[str]) -> dict[str, Any]:
+    """Long-option argv (vLLM, SGLang) -> their --config YAML mapping: `--max-num-seqs 8` -> max-num-seqs: 8,
+    `--enforce-eager` -> true, `--no-enable-prefix-caching` -> enable-prefix-caching: false."""
+    out: dict[str, Any] = {}
+    for flag, value in option_pairs(args):
+        key = flag.lstrip("-")
+        if value is None and key.startswith("no-"):
+            out[key[3:]] = False
+        else:
+            out[key] = _scalar(value)
+    return out
+
+
+def llamacpp_ini(args: Sequence[str]) -> str:
+    """llama-server args -> the INI it reads at start (see the module docstring)."""
+    lines = ["; llama-server reads this file at start from $XDG_CONFIG_HOME/llama.cpp/config.ini",
+             "; (default ~/.config/llama.cpp/config.ini, or /etc/llama.cpp/config.ini); flags on the",
+             "; command line still win over it.", "version = 1", "", "[*]"]
+    for flag, value in option_pairs(args):
+        long, _env = LLAMACPP_OPTIONS.get(flag, (flag.lstrip("-"), None))
+        if flag in _NEGATIVE:
+            lines.append(f"{long.removeprefix('no-')} = false")
+        else:
+            lines.append(f"{long} = {'true' if value is None else value}")
+    return "\n".join(lines) + "\n"
+
+
+def llamacpp_env(args: Sequence[str]) -> tuple[dict[str, str], list[str]]:
+    """llama-server args -> (LLAMA_ARG_* variables, flags that have no variable and must stay as flags)."""
+    env: dict[str, str] = {}
+    rest: list[str] = []
+    for flag, value in option_pairs(args):
+        _long, var = LLAMACPP_OPTIONS.get(flag, (None, None))
+        if var is None:
+            rest += [flag] + ([value] if value is not None else [])
+        elif flag in _NEGATIVE:
+            env[var] = "false"
+        else:
+            env[var] = "true" if value is None else value
+    return env, rest
+
+
+# --- one entry point --------------------------------------------------------------------------------
+
+def export(fmt: str, *, engine: str, spec: LaunchSpec, tuning_args: Sequence[str], model_path: str,
+           params: Mapping[str, Any], version: str = "latest", image: str | None = None, gpus: int = 0,
+           summary: Mapping[str, Any] | None = None) -> str:
+    """The winner in format `fmt` (one of FORMATS), as text ending in a newline."""
+    if fmt == "args":
+        return spec.command_line() + "\n"
+    if fmt == "docker":
+        argv = docker_run_argv(spec, engine=engine, model_path=model_path, image=image, version=version,
+                               host_port=spec.port, gpus=gpus)
+        return shlex.join(argv) + "\n"
+    options = list(spec.argv[1:])
+    if fmt == "env":
+        if engine != "llamacpp":
+            raise ExportError(f"--format env: {engine} reads its settings from flags or --config (try yaml)")
+        env, rest = llamacpp_env(options)
+        lines = [f"{k}={shlex.quote(v)}" for k, v in env.items()]
+        if rest:
+            lines.append(f"# no environment variable for: {shlex.join(rest)} (pass on the command line)")
+        return "\n".join(lines) + "\n"
+    if fmt == "config":
+        if engine == "llamacpp":
+            return llamacpp_ini(options)
+        return _yaml_config(engine, options)
+    if fmt == "yaml":
+        if engine == "llamacpp":
+            record = {"engine": engine, "params": dict(params), "flags": list(tuning_args),
+                      "command": spec.command_line(), **({"result": dict(summary)} if summary else {})}
+            return ("# llama-server reads no YAML: this records the winner. `autotuner best --format config`\n"
+                    "# writes the config.ini it does read; `--format env` its LLAMA_ARG_* variables.\n"
+                    + yaml.safe_dump(record, sort_keys=False))
+        return _yaml_config(engine, options)
+    raise ExportError(f"unknown format {fmt!r} (formats: {', '.join(FORMATS)})")
+
+
+def _yaml_config(engine: str, options: Sequence[str]) -> str:
+    head = f"# {engine} --config FILE reads this; flags on the command line still win over it.\n"
+    return head + yaml.safe_dump(long_option_config(_drop_module(options)), sort_keys=False)
+
+
+def _drop_module(options: Sequence[str]) -> list[str]:
+    """`python -m vllm.entrypoints.openai.api_server --x` -> `--x`; `serve MODEL --x` -> model: MODEL."""
+    opts = list(options)
+    if opts[:1] == ["-m"] and len(opts) > 1:
+        opts = opts[2:]
+    if opts and not opts[0].startswith("-"):  # `vllm serve MODEL`
+        opts = opts[1:] if opts[0] == "serve" else opts
+        if opts and not opts[0].startswith("-"):
+            opts = ["--model", opts[0], *opts[1:]]
+    return opts

@@ -1,0 +1,209 @@
+"""Study-level outputs, kept up to date while a study runs: the environment and settings in the study's
+user attributes, the best value so far on the MLflow parent run, the plots, the best-config files and
+the status report.
+
+The tuner calls `start()` once, `after_trial()` after every trial and `finish()` at the end; everything
+else it needs is here, so the loop stays a loop. Files go under `results/<study>/`:
+
+    best.json  best-command.sh  best-docker.sh  best-config.<ini|yaml>  report.md  report.json
+    plots/     (see plots.py)
+
+and the same files are logged to the study's MLflow parent run (plots under `plots/`). Plot costs are
+measured and kept in `self.plot_seconds`; after a trial only the cheap plots are redrawn.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from pathlib import Path
+from typing import Any
+
+import optuna
+import yaml
+
+from autotuner import export, plots, report
+from autotuner.config import Experiment, FloatParam, IntParam
+from autotuner.engines._base import Engine, LaunchContext, LaunchSpec
+from autotuner.tracking import MlflowTracker
+
+
+def settings(exp: Experiment) -> dict[str, Any]:
+    """What a reader of the report needs to know about how the study measured."""
+    c = exp.config
+    levels = ", ".join(f"{k.replace('max_', '').replace('_', ' ')} {v:g}" for lv in c.load.levels() for k, v in lv.items())
+    w = c.workload
+    return {
+        "model": f"{c.model.name} ({exp.model_path})",
+        "workload": f"{w.num_prompts} requests per level, {w.input_len} words in, {w.output_len} tokens out "
+                    f"({w.endpoint}), {w.warmup_requests} warm-up",
+        "load": levels,
+        "objective": f"{c.objective.direction} {c.objective.metric} (best level), "
+                     f"at most {c.objective.max_error_rate:.0%} failed requests",
+        "sampler": f"{c.study.sampler} / {c.study.pruner}",
+        "gpus": c.hardware.gpus,
+    }
+
+
+def bounds(exp: Experiment) -> dict[str, tuple[float, float]]:
+    return {n: (float(p.low), float(p.high)) for n, p in exp.space.params.items() if isinstance(p, (IntParam, FloatParam))}
+
+
+def target(exp: Experiment) -> float | None:
+    """The experiment's target value, where the config has one (objective.target or stop.target)."""
+    c = exp.config
+    for section in ("objective", "stop", "stopping"):
+        value = getattr(getattr(c, section, None), "target", None)
+        if isinstance(value, (int, float)):
+            return float(value)
+    return None
+
+
+def resolved_experiment(exp: Experiment) -> str:
+    """The experiment as the study ran it: paths resolved, the search space inlined (YAML)."""
+    data = exp.config.model_dump(mode="json")
+    data["model"]["path"] = str(exp.model_path)
+    data["search_space"] = exp.space.model_dump(mode="json", exclude_defaults=True)
+    return (f"# {exp.source} with paths resolved and {exp.space_path} inlined\n"
+            + yaml.safe_dump(data, sort_keys=False))
+
+
+def winner_spec(engine: Engine, exp: Experiment, params: dict[str, Any], binary: str | None) -> LaunchSpec:
+    ctx = LaunchContext(model_path=exp.model_path, served_model_name=exp.config.model.name, port=report.EXPORT_PORT,
+                        binary=binary, extra_args=tuple(exp.config.engine_args))
+    return engine.build(params, ctx)
+
+
+def winner_text(fmt: str, engine: Engine, exp: Experiment, row: report.TrialRow, binary: str | None,
+                version: str, image: str | None = None) -> str:
+    """The best trial in one of export.FORMATS."""
+    spec = winner_spec(engine, exp, row.params, binary)
+    return export.export(fmt, engine=engine.name, spec=spec, tuning_args=engine.tuning_args(row.params),
+                         model_path=str(exp.model_path), params=row.params, version=version, image=image,
+                         gpus=exp.config.hardware.gpus,
+                         summary={"trial": row.number, exp.config.objective.metric: row.value})
+
+
+class StudyArtifacts:
+    def __init__(self, study: optuna.Study, exp: Experiment, engine: Engine, tracker: MlflowTracker,
+                 folder: Path, *, binary: str | None, engine_version: str, environment: dict[str, Any]):
+        self.study, self.exp, self.engine, self.tracker = study, exp, engine, tracker
+        self.folder, self.binary, self.version = folder, binary, engine_version
+        self.environment = environment
+        self.experiment_text = resolved_experiment(exp)
+        self.plot_seconds: list[float] = []
+        self._trials_seen = 0
+        self._plotly_logged = False
+
+    # --- hooks ------------------------------------------------------------------------------------
+
+    def start(self) -> None:
+        """Record where and how the study runs (study user attributes, MLflow parent artifacts)."""
+        self.study.set_user_attr("environment", self.environment)
+        self.study.set_user_attr("settings", settings(self.exp))
+        self.study.set_user_attr("experiment", self.experiment_text)
+        self.tracker.log_study(artifacts={"experiment.yaml": self.experiment_text})
+
+    def after_trial(self) -> None:
+        """Best so far on the parent run (step: the trial number); cheap plots; best files. Never raises."""
+        self._trials_seen += 1
+        metric = self.exp.config.objective.metric
+        best = _best(self.study)
+        finished = [t.number for t in self.study.get_trials(deepcopy=False) if t.state.is_finished()]
+        if best is not None and finished and self.tracker.parent_run_id:
+            self.tracker.log_step(self.tracker.parent_run_id, max(finished), {f"best_so_far_{metric}": best.value})
+        try:
+            with_importances = self._trials_seen % plots.IMPORTANCE_EVERY == 0
+            self._write(final=False, importances=with_importances)
+        except Exception as e:  # noqa: BLE001 - an artifact must never stop a study
+            self.tracker.log_study(tags={"autotuner.artifacts_error": f"{type(e).__name__}: {e}"[:500]})
+
+    def finish(self) -> report.StudySummary:
+        return self._write(final=True, importances=True)
+
+    # --- work -------------------------------------------------------------------------------------
+
+    def summary(self, importances: bool = True) -> report.StudySummary:
+        return report.summarize(self.study, self.exp.config.objective.metric, target=target(self.exp),
+                                bounds=bounds(self.exp), importances=importances)
+
+    def _write(self, *, final: bool, importances: bool) -> report.StudySummary:
+        t = time.perf_counter()
+        result = plots.write_plots(self.study, self.folder / "plots", importances=importances, png=final)
+        self.plot_seconds.append(time.perf_counter() - t)
+        finished = [t.number for t in self.study.get_trials(deepcopy=False) if t.state.is_finished()]
+        if self.tracker.parent_run_id and finished:
+            self.tracker.log_step(self.tracker.parent_run_id, max(finished) + int(final),
+                                  {"plot_s": self.plot_seconds[-1]})
+        summary = self.summary(importances=final)
+        summary.plots = [str(p) for p in result.files if p.suffix in (".html", ".png") and p.name != "study.html"]
+        files: dict[str, str] = {}
+        command = None
+        if summary.best is not None:
+            command = winner_text("args", self.engine, self.exp, summary.best, self.binary, self.version).strip()
+            files["best-docker.sh"] = "#!/bin/sh\nexec " + winner_text(
+                "docker", self.engine, self.exp, summary.best, self.binary, self.version)
+            config_name = "best-config.ini" if self.engine.name == "llamacpp" else "best-config.yaml"
+            files[config_name] = winner_text("config", self.engine, self.exp, summary.best, self.binary, self.version)
+            summary.best_files = [str(self.folder / n) for n in ("best.json", "best-command.sh", *files)]
+        files["report.md"] = report.to_markdown(summary, self.engine, command)
+        files["report.json"] = json.dumps(report.to_json(summary, command), indent=2)
+        report.write_best(summary, command, self.folder, extra=files)
+        artifacts: dict[str, str | Path] = {name: self.folder / name for name in files}
+        for name in ("best.json", "best-command.sh"):
+            artifacts[name] = self.folder / name
+        for path in result.files:
+            if path.suffix == ".png" or path.name == "study.html":
+                artifacts[f"plots/{path.name}"] = path
+        # The report is also the parent run's description, shown on its page in the MLflow UI.
+        self.tracker.log_study(artifacts=artifacts, tags={"mlflow.note.content": files["report.md"][:7900]})
+        return summary
+
+
+def _best(study: optuna.Study) -> optuna.trial.FrozenTrial | None:
+    try:
+        return study.best_trial
+    except ValueError:
+        return None
+
+
+# --- reading a study back (autotuner report / best) ---------------------------------------------------
+
+def experiment_from_text(text: str, source: str) -> Experiment:
+    """Rebuild an Experiment from `resolved_experiment`'s YAML (kept in the study's user attributes)."""
+    from autotuner.config import ExperimentConfig, SearchSpaceConfig
+
+    data = yaml.safe_load(text)
+    space = SearchSpaceConfig.model_validate(data.pop("search_space"))
+    data["search_space"] = "(inline)"
+    cfg = ExperimentConfig.model_validate(data)
+    return Experiment(source=Path(source), config=cfg, space=space, model_path=Path(cfg.model.path),
+                      space_path=Path(source))
+
+
+def open_existing(exp: Experiment | None, storage: str | None, study_name: str | None) -> tuple[optuna.Study, Experiment]:
+    """The study to report on: by `storage` and `study_name`, defaulting to the experiment's. The
+    experiment is the one the study recorded when it has one, else `exp`. Raises ConfigError."""
+    from autotuner.config import ConfigError
+
+    storage = storage or (exp.config.study.storage if exp else None)
+    name = study_name or (exp.config.study_name if exp else None)
+    if not storage or not name:
+        raise ConfigError("give --experiment FILE, or --storage URL and --study NAME")
+    optuna.logging.set_verbosity(optuna.logging.WARNING)
+    try:
+        study = optuna.load_study(study_name=name, storage=storage)
+    except KeyError:
+        try:
+            names = [s.study_name for s in optuna.get_all_study_summaries(storage)]
+        except Exception:  # noqa: BLE001
+            names = []
+        raise ConfigError(f"no study '{name}' in {storage} (studies: {', '.join(names) or 'none'})") from None
+    except Exception as e:  # noqa: BLE001 - SQLAlchemy errors for unreadable storages
+        raise ConfigError(f"cannot open {storage}: {str(e).splitlines()[0]}") from None
+    text = study.user_attrs.get("experiment")
+    if text:
+        return study, experiment_from_text(text, f"study {name} in {storage}")
+    if exp is None:
+        raise ConfigError(f"study '{name}' recorded no experiment: give --experiment FILE")
+    return study, exp
