@@ -32,6 +32,9 @@ def run(
     tracking_uri: Optional[str] = typer.Option(None, "--tracking-uri", envvar="MLFLOW_TRACKING_URI",
                                                help="MLflow tracking URI (default: local store under mlruns/)."),
     results: Path = typer.Option(Path("results"), "--results", help="Folder for server logs and the best config."),
+    dry_run: bool = typer.Option(False, "--dry-run", help="Print the launch commands of the first --trials sampled "
+                                 "configs (docker run lines for launcher docker) and the rule each infeasible one "
+                                 "breaks; start nothing, write nothing."),
 ) -> None:
     """Tune the engine of an experiment: an Optuna study, resumed when it already exists."""
     from rich.console import Console
@@ -40,6 +43,9 @@ def run(
 
     try:
         exp = load_experiment(experiment)
+        if dry_run:
+            _dry_run(exp, trials)
+            return
         if storage:
             exp = exp.model_copy(update={"config": exp.config.model_copy(
                 update={"study": exp.config.study.model_copy(update={"storage": storage})})})
@@ -69,13 +75,18 @@ def run(
         console.print(f"Saved {path}")
 
 
-def _make_tuner(exp, tracking_uri: Optional[str], results: Path):
-    from autotuner import paths
+def _dry_run(exp, trials: int) -> None:
+    from autotuner.dryrun import dry_run
+
+    engine = _checked_engine(exp)
+    binary = None if exp.config.launcher == "docker" else engine.find_binary()[0]
+    dry_run(exp, engine, trials, typer.echo, binary=binary)
+
+
+def _checked_engine(exp):
+    """The experiment's engine, after checking the search space against it (ConfigError otherwise)."""
     from autotuner.config import ConfigError
     from autotuner.engines._base import EngineError, get_engine
-    from autotuner.launchers.process import ProcessLauncher
-    from autotuner.tracking import MlflowTracker
-    from autotuner.tuner import Tuner
 
     cfg = exp.config
     try:
@@ -95,17 +106,29 @@ def _make_tuner(exp, tracking_uri: Optional[str], results: Path):
         SearchSpace(exp.space)
     except ExpressionError as e:
         raise ConfigError(f"{exp.space_path}: {e}") from None
+    return engine
+
+
+def _make_tuner(exp, tracking_uri: Optional[str], results: Path):
+    from autotuner import paths
+    from autotuner.config import ConfigError
+    from autotuner.launchers.process import ProcessLauncher
+    from autotuner.tracking import MlflowTracker
+    from autotuner.tuner import Tuner
+
+    cfg = exp.config
+    engine = _checked_engine(exp)
     if not exp.model_path.exists():
         raise ConfigError(f"{exp.source}: field 'model.path': not found: {exp.model_path} "
-                          "(scripts/setup.sh makes the quickstart model)")
+                          "(scripts/setup.sh makes the quickstart model, scripts/setup-vllm.sh the vLLM one)")
     if cfg.launcher != "process":
         raise ConfigError(f"{exp.source}: field 'launcher': '{cfg.launcher}' is not available yet (launchers: process)")
-    binary = paths.llama_server_binary() if cfg.engine == "llamacpp" else None
-    if cfg.engine == "llamacpp" and binary is None:
-        raise ConfigError("llama-server not found: run scripts/build-llama-server.sh or set AUTOTUNER_LLAMA_SERVER")
+    binary, hint = engine.find_binary()
+    if binary is None:
+        raise ConfigError(hint)
     tracker = MlflowTracker(tracking_uri or cfg.tracking.uri)
     return Tuner(exp, engine=engine, launcher=ProcessLauncher(paths.cache_dir() / "processes"), tracker=tracker,
-                 results_dir=results, binary=str(binary) if binary else None)
+                 results_dir=results, binary=binary)
 
 
 @app.command()

@@ -142,6 +142,7 @@ class ObjectiveConfig(_Strict):
     metric: str = Field("output_tok_per_s", description="LevelResult metric to optimize (best level).")
     direction: Literal["maximize", "minimize"] = "maximize"
     max_error_rate: float = Field(0.05, ge=0, le=1, description="A level with more failed requests fails the trial.")
+    target: float | None = Field(None, description="Stop the study once a trial reaches this value of the metric.")
 
 
 class StudyConfig(_Strict):
@@ -155,6 +156,14 @@ class StudyConfig(_Strict):
 
 class TrackingConfig(_Strict):
     uri: str | None = Field(None, description="MLflow tracking URI (default: a local store under mlruns/).")
+
+
+class DockerConfig(_Strict):
+    """How a Docker launch runs the engine (launcher: docker)."""
+
+    image: str | None = Field(None, description="Image to run (default: the engine's, e.g. vllm/vllm-openai).")
+    volumes: list[str] = Field(default_factory=list, description="Extra mounts as host:container[:ro]; the "
+                               "model folder is mounted read-only at its own path.")
 
 
 class ExperimentConfig(_Strict):
@@ -173,6 +182,10 @@ class ExperimentConfig(_Strict):
     engine_args: list[str] = Field(
         default_factory=list, description="Fixed extra engine arguments, added to every trial."
     )
+    engine_env: dict[str, str] = Field(
+        default_factory=dict, description="Fixed environment variables for the engine, set in every trial."
+    )
+    docker: DockerConfig = DockerConfig()
     enqueue: list[dict[str, Choice]] = Field(
         default_factory=list, description="Configs to try first (after the baseline), by param name."
     )

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import json
 from collections import Counter
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -84,8 +84,7 @@ def best_command(engine: Engine, row: TrialRow, ctx: LaunchContext) -> str:
 
 
 def export_context(ctx: LaunchContext) -> LaunchContext:
-    return LaunchContext(model_path=ctx.model_path, served_model_name=ctx.served_model_name, port=EXPORT_PORT,
-                         host=ctx.host, binary=ctx.binary, extra_args=ctx.extra_args)
+    return replace(ctx, port=EXPORT_PORT)
 
 
 def render(summary: StudySummary, engine: Engine, command: str | None, console: Console) -> None:
@@ -97,7 +96,7 @@ def render(summary: StudySummary, engine: Engine, command: str | None, console: 
         table.add_column(col, justify="right")
     table.add_column("config", overflow="fold")
     for row in summary.top:
-        config = "engine defaults (baseline)" if row.baseline else " ".join(engine.tuning_args(row.params))
+        config = "engine defaults (baseline)" if row.baseline else engine.describe(row.params)
         table.add_row(str(row.number), f"{row.value:,.1f}",
                       *(f"{row.metrics[c]:,.1f}" if c in row.metrics else "-" for c in ("ttft_ms_p99", "tpot_ms_p50", "e2e_ms_p99")),
                       config)

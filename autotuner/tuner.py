@@ -28,6 +28,7 @@ from autotuner.bench.workload import Workload
 from autotuner.config import Experiment
 from autotuner.engines._base import Engine, LaunchContext
 from autotuner.launchers._base import Handle, LaunchError, Launcher, free_port
+from autotuner.model_facts import feasibility_context
 from autotuner.objective import level_value, trial_value
 from autotuner.progress import Progress
 from autotuner.space import SearchSpace
@@ -70,6 +71,7 @@ class Tuner:
         self.labels = {"autotuner.study": self.cfg.study_name}
         self._progress_factory = progress or (lambda total: Progress(total, self.cfg.objective.metric))
         self.engine_version = self._engine_version()
+        self.facts = feasibility_context(experiment)  # workload, GPUs and the model's shape, read once
         self.study = open_study(self.cfg, n_levels=len(self.cfg.load.levels()))
 
     # --- the study --------------------------------------------------------------------------------------
@@ -89,6 +91,9 @@ class Tuner:
                     progress.note(f"time budget of {timeout_s:g} s spent after {index - 1} trial(s)")
                     break
                 self._run_trial(index, progress)
+                if self._target_met():
+                    progress.note(f"target {self.cfg.objective.target:g} {self.cfg.objective.metric} reached")
+                    break
         except KeyboardInterrupt:
             self.tracker.end_study("KILLED")
             raise
@@ -112,9 +117,9 @@ class Tuner:
         trial = self.study.ask()
         baseline = bool(trial.user_attrs.get("baseline"))
         params = {} if baseline else self.space.suggest(trial)
-        args = self.engine.tuning_args(params)
+        config = self.engine.describe(params)
         progress.trial_started(index, trial.number,
-                               "baseline: engine defaults" if baseline else "config: " + (" ".join(args) or "(defaults)"))
+                               "baseline: engine defaults" if baseline else "config: " + (config or "(defaults)"))
         trial_dir = self.workdir / f"trial-{trial.number:04d}"
         run_id = self.tracker.start_trial(trial.number, tags={**self._common_tags(), "autotuner.baseline": str(baseline).lower()})
         timings: dict[str, float] = {}
@@ -133,7 +138,7 @@ class Tuner:
             try:
                 self.launcher.wait_ready(handle, self.cfg.startup_timeout_s)
             except LaunchError as e:
-                cls, line = self.engine.classify_failure(e.log_tail)
+                cls, line = self.engine.classify_failure(e.log_tail, getattr(e, "exit_code", None))
                 raise _Failed(cls or e.failure_class, f"{e}: {line}" if line else str(e), e.log_tail) from None
             timings["ready_s"] = time.perf_counter() - t
             result = asyncio.run(self._measure(handle, trial, run_id, progress, timings))
@@ -231,13 +236,18 @@ class Tuner:
     # --- helpers ----------------------------------------------------------------------------------------
 
     def _infeasible(self, params: dict[str, Any]) -> list[str]:
-        w = self.cfg.workload
-        context = {"input_len": w.input_len, "output_len": w.output_len, "gpus": self.cfg.hardware.gpus}
-        return self.space.broken_constraints(params) + self.engine.infeasible(params, context)
+        return self.space.broken_constraints(params) + self.engine.infeasible(params, self.facts)
+
+    def _target_met(self) -> bool:
+        target, best = self.cfg.objective.target, best_trial(self.study)
+        if target is None or best is None:
+            return False
+        return best.value >= target if self.cfg.objective.direction == "maximize" else best.value <= target
 
     def launch_context(self, port: int) -> LaunchContext:
         return LaunchContext(model_path=self.exp.model_path, served_model_name=self.cfg.model.name, port=port,
-                             binary=self.binary, extra_args=tuple(self.cfg.engine_args))
+                             binary=self.binary, extra_args=tuple(self.cfg.engine_args), gpus=self.cfg.hardware.gpus,
+                             extra_env=tuple(self.cfg.engine_env.items()))
 
     def _engine_version(self) -> str:
         if not self.binary:
