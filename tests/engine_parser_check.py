@@ -36,6 +36,13 @@ def _parse(parser: argparse.ArgumentParser, argv: list[str]) -> tuple[argparse.N
         return None, lines[-1] if lines else "rejected"
 
 
+def _inexact(parser: argparse.ArgumentParser, argv: list[str]) -> list[str]:
+    """Long options that are not spelled exactly as the parser declares them. argparse accepts a unique
+    prefix (`--max-num-seq` for `--max-num-seqs`), so parsing alone would let a truncated name through."""
+    known = {o for a in parser._actions for o in a.option_strings}
+    return [arg.split("=", 1)[0] for arg in argv if arg.startswith("--") and arg.split("=", 1)[0] not in known]
+
+
 def _used_options(parser: argparse.ArgumentParser, argv: list[str]) -> dict[str, argparse.Action]:
     by_option = {o: a for a in parser._actions for o in a.option_strings}
     return {arg.split("=", 1)[0]: by_option[arg.split("=", 1)[0]] for arg in argv
@@ -54,6 +61,7 @@ def check_vllm(request: dict) -> list[str]:
     parser = make_arg_parser(FlexibleArgumentParser())
     problems = []
     for argv in request["argvs"]:
+        problems += [f"vllm has no option {o} (argparse would take it as an abbreviation)" for o in _inexact(parser, argv)]
         ns, error = _parse(parser, argv)
         if error:
             problems.append(f"vllm rejects {' '.join(argv)}: {error}")
@@ -102,6 +110,7 @@ def check_sglang(request: dict) -> list[str]:
     ServerArgs.add_cli_args(parser)
     problems = []
     for argv in request["argvs"]:
+        problems += [f"sglang has no option {o} (argparse would take it as an abbreviation)" for o in _inexact(parser, argv)]
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
             _ns, error = _parse(parser, argv)

@@ -12,12 +12,14 @@ nothing from autotuner, so it can be run by path:
     <vllm-venv>/bin/python autotuner/models/tiny_hf.py --out models/llama-38m [--size small] [--seed 0]
 
 Shapes (bf16):
-* "small": vocab 2048, hidden 768, 6 layers, 12 heads (4 KV heads), FFN 2048, tied embeddings:
-  ~38M params, 77 MB. The smallest size whose tuning effects rise above the noise on a 2-core CPU
+* "small": hidden 768, 6 layers, 12 heads (4 KV heads), FFN 2048, tied embeddings, the ~950-token
+  vocabulary the BPE learns from the word list (at most 2048): ~38.5M params, 77 MB. The smallest size whose tuning effects rise above the noise on a 2-core CPU
   (a 3M one is dominated by Python overhead: one config measured anywhere from 625 to 3190 tok/s).
-* "tiny": vocab 2048, hidden 128, 2 layers, 4 heads (2 KV heads): ~0.6M params, for quick checks.
+* "tiny": hidden 128, 2 layers, 4 heads (2 KV heads): ~0.5M params, for quick checks.
 
-Requests from the load generator set `ignore_eos`, so every request returns exactly `max_tokens`.
+Requests from the load generator set `ignore_eos`, so every request returns exactly `max_tokens`, and
+greedy decoding never picks a token that streams as empty text (see `write_tiny_hf_llama`), so every
+streamed chunk carries text and time to first token is always measurable.
 """
 
 from __future__ import annotations
@@ -74,10 +76,19 @@ def write_tiny_hf_llama(out: Path, size: str = "small", seed: int = 0) -> Path:
     fast.save_pretrained(out)
 
     torch.manual_seed(seed)
-    config = LlamaConfig(**{**shape, "vocab_size": shape["vocab_size"]}, max_position_embeddings=MAX_POSITIONS,
+    # The corpus is small: the trained vocabulary stops short of vocab_size (~950 tokens). The model's
+    # vocabulary is the tokenizer's, so every id it can emit decodes.
+    config = LlamaConfig(**{**shape, "vocab_size": len(fast)}, max_position_embeddings=MAX_POSITIONS,
                          tie_word_embeddings=True, bos_token_id=fast.bos_token_id, eos_token_id=fast.eos_token_id,
                          pad_token_id=fast.pad_token_id, torch_dtype="bfloat16", rms_norm_eps=1e-5)
     model = LlamaForCausalLM(config).to(torch.bfloat16)
+    # Tokens whose text is empty or not whole UTF-8 on its own (the special tokens, lone bytes >= 0x80) get
+    # a zero output row (the embeddings are tied, so a zero embedding too): their logit is always 0 while
+    # some ordinary token's is positive, so greedy decoding only emits tokens that stream as visible text.
+    # Otherwise a prompt whose greedy continuation is, say, `</s>` streams 64 empty chunks: no TTFT.
+    silent = [i for i in range(len(fast)) if not fast.decode([i]) or "\ufffd" in fast.decode([i])]
+    with torch.no_grad():
+        model.get_output_embeddings().weight[silent] = 0
     model.save_pretrained(out, safe_serialization=True)
     (out / "autotuner-model.json").write_text(json.dumps({"made_by": "autotuner.models.tiny_hf", "size": size,
                                                           "seed": seed, "params": model.num_parameters()}))

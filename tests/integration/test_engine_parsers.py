@@ -58,15 +58,22 @@ def test_every_vllm_argument_we_emit_is_accepted_by_vllms_parser(vllm_python, tm
     assert run_check(vllm_python, request) == []
 
 
-def test_the_check_itself_catches_a_renamed_flag_and_an_unknown_backend(vllm_python):
-    """Guards the guard: a misspelled flag, an unknown env var and an unknown backend are all reported."""
-    problems = run_check(vllm_python, {"engine": "vllm", "argvs": [["--max-num-seq", "8"]],
+def test_the_check_itself_catches_renamed_flags_and_unknown_names(vllm_python, tmp_path):
+    """Guards the guard. A truncated flag (`--max-num-seq`: argparse takes it as an abbreviation, and the
+    real server starts with it), a flag vLLM does not have, an unknown env var and an unknown attention
+    backend are each reported, once."""
+    (tmp_path / "config.json").write_text(json.dumps({"model_type": "llama", "architectures": ["LlamaForCausalLM"]}))
+    model = ["--model", str(tmp_path)]
+    problems = run_check(vllm_python, {"engine": "vllm", "argvs": [model + ["--max-num-seq", "8"],
+                                                                   model + ["--max-num-sequences", "8"]],
                                        "env": ["VLLM_NO_SUCH_THING"],
                                        "values": {"attention_backend": ["FLASH_ATTN", "WARP_DRIVE"]}})
-    assert len(problems) == 3, problems
-    assert "--max-num-seq" in problems[0]
-    assert "VLLM_NO_SUCH_THING" in problems[1]
-    assert "WARP_DRIVE" in problems[2]
+    assert len(problems) == 5, problems
+    assert problems[0] == "vllm has no option --max-num-seq (argparse would take it as an abbreviation)"
+    assert problems[1].startswith("vllm has no option --max-num-sequences")
+    assert "unrecognized arguments: --max-num-sequences" in problems[2]
+    assert "VLLM_NO_SUCH_THING" in problems[3]
+    assert "WARP_DRIVE" in problems[4]
 
 
 def test_every_sglang_argument_we_emit_is_accepted_by_sglangs_parser(vllm_python):
@@ -81,4 +88,6 @@ def test_every_sglang_argument_we_emit_is_accepted_by_sglangs_parser(vllm_python
     assert problems == []
     bad = run_check(vllm_python, {"engine": "sglang", "argvs": [base + ["--cuda-graph-max-bs", "8"]],
                                   "recorded": None}, str(folder))
-    assert len(bad) == 1 and "--cuda-graph-max-bs" in bad[0]  # the pre-0.5.23 spelling is gone
+    # The pre-0.5.23 spelling is gone (now -decode and -prefill): a launch with it would not start.
+    assert bad[0] == "sglang has no option --cuda-graph-max-bs (argparse would take it as an abbreviation)"
+    assert "ambiguous option: --cuda-graph-max-bs could match --cuda-graph-max-bs-decode" in bad[1]
