@@ -68,6 +68,9 @@ if [ -f models/llama-38m/autotuner-model.json ]; then
   say "3/3 model present: models/llama-38m"
 else
   say "3/3 writing models/llama-38m (random weights, ~38M params)"
-  "$venv/bin/python" autotuner/models/tiny_hf.py --out models/llama-38m --size small >/dev/null
+  log="$(mktemp)"
+  "$venv/bin/python" autotuner/models/tiny_hf.py --out models/llama-38m --size small >/dev/null 2>"$log" \
+    || { cat "$log" >&2; rm -f "$log"; exit 1; }
+  rm -f "$log"
 fi
 echo "$venv/bin/python"

