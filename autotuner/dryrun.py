@@ -18,7 +18,7 @@ import optuna
 from optuna.trial import TrialState
 
 from autotuner.config import Experiment
-from autotuner.engines._base import Engine, LaunchContext
+from autotuner.engines._base import Engine, LaunchContext, value_text
 from autotuner.launchers.docker_command import docker_run_line
 from autotuner.model_facts import feasibility_context
 from autotuner.space import SearchSpace
@@ -27,9 +27,14 @@ from autotuner.study import make_sampler
 DRY_RUN_PORT = 8000
 
 
+MODEL_FILE_SUFFIXES = (".gguf", ".safetensors", ".bin", ".pt", ".pth")
+
+
 def docker_volumes(exp: Experiment) -> list[str]:
-    """The model folder (or the folder of a model file), read-only at its own path, then docker.volumes."""
-    model = exp.model_path if exp.model_path.suffix == "" else exp.model_path.parent
+    """The model folder (or the folder of a model file), read-only at its own path, then docker.volumes.
+    Model folders are often named with dots (Llama-3.1-8B): only a known weights suffix means a file."""
+    path = exp.model_path
+    model = path.parent if path.is_file() or path.suffix.lower() in MODEL_FILE_SUFFIXES else path
     return [f"{model}:{model}:ro", *exp.config.docker.volumes]
 
 
@@ -86,5 +91,5 @@ def dry_run(exp: Experiment, engine: Engine, n: int, echo: Callable[[str], None]
 
 
 def _show(value: object) -> str:
-    return shlex.quote(str(value)) if isinstance(value, str) else str(value)
+    return shlex.quote(value) if isinstance(value, str) else value_text(value)
 

@@ -78,12 +78,22 @@ class Flag:
             raise ValueError("flag has no value form")
         if self.sep is not None:
             return [self.flag, *(v.strip() for v in str(value).split(self.sep) if v.strip())]
-        return [self.flag, str(value).lower() if isinstance(value, bool) else str(value)]
+        return [self.flag, value_text(value)]
 
     def render_env(self, value: Any) -> dict[str, str]:
         if self.env is None or (self.unset is not None and value == self.unset):
             return {}
-        return {self.env: str(value).lower() if isinstance(value, bool) else str(value)}
+        return {self.env: value_text(value)}
+
+
+def value_text(value: Any) -> str:
+    """A param value as an engine reads it: booleans lower-case, floats without binary noise (a float
+    param with step 0.05 samples 0.8500000000000001; the engine gets 0.85)."""
+    if isinstance(value, bool):
+        return str(value).lower()
+    if isinstance(value, float):
+        return f"{value:.12g}"
+    return str(value)
 
 
 class EngineError(ValueError):

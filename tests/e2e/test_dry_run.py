@@ -55,3 +55,12 @@ def test_missing_vllm_install_is_one_line_with_what_to_run(tmp_path):
     assert out.stderr.strip().splitlines() == [
         "error: vLLM not installed: run scripts/setup-vllm.sh (vLLM 0.32.0's CPU build in its own venv) or set "
         "AUTOTUNER_VLLM_PYTHON to a python that imports vllm"]
+
+
+def test_h100_dry_run_mounts_a_dotted_model_folder_itself(tmp_path):
+    out = autotuner("run", "--experiment", str(REPO / "experiments" / "vllm-h100-8b.yaml"), "--dry-run", "--trials", "2",
+                    cwd=tmp_path)
+    assert out.returncode == 0, out.stderr
+    first = shlex.split(next(line for line in out.stdout.splitlines() if line.startswith("docker run ")))
+    assert first[first.index("-v") + 1] == "/models/Llama-3.1-8B-Instruct:/models/Llama-3.1-8B-Instruct:ro"
+    assert first[first.index("--gpus") + 1] == "1"

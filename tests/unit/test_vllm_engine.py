@@ -188,3 +188,8 @@ def test_version_and_binary(vllm, monkeypatch, tmp_path):
     monkeypatch.setenv("AUTOTUNER_CACHE", str(tmp_path))
     binary, hint = vllm.find_binary()
     assert binary is None and "scripts/setup-vllm.sh" in hint
+
+
+def test_float_steps_reach_the_engine_without_binary_noise(vllm):
+    # Optuna samples 0.8500000000000001 from a float param with step 0.05.
+    assert vllm.tuning_args({"gpu_memory_utilization": 0.8500000000000001}) == ["--gpu-memory-utilization", "0.85"]
