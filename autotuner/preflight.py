@@ -13,8 +13,9 @@ from autotuner.space import ExpressionError, SearchSpace
 from autotuner.study import check_storage
 
 
-def check(exp: Experiment) -> Engine:
-    """Raise ConfigError for the first problem found; return the experiment's engine adapter."""
+def check(exp: Experiment, need_model: bool = True) -> Engine:
+    """Raise ConfigError for the first problem found; return the experiment's engine adapter.
+    `need_model` False: a dry run, which only prints commands (the model may live on the GPU box)."""
     cfg = exp.config
     try:
         engine = get_engine(cfg.engine)
@@ -35,8 +36,8 @@ def check(exp: Experiment) -> Engine:
     for name in cfg.secret_env:
         if name not in os.environ:
             raise ConfigError(f"{exp.source}: field 'secret_env': {name} is not set in the environment")
-    if not exp.model_path.exists():
+    if need_model and not exp.model_path.exists():
         raise ConfigError(f"{exp.source}: field 'model.path': not found: {exp.model_path} "
-                          "(scripts/setup.sh makes the quickstart model)")
+                          "(scripts/setup.sh makes the quickstart model, scripts/setup-vllm.sh the vLLM one)")
     check_storage(cfg.study.storage)
     return engine

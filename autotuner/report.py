@@ -15,7 +15,7 @@ import math
 import statistics
 import warnings
 from collections import Counter
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -428,8 +428,7 @@ def best_command(engine: Engine, row: TrialRow, ctx: LaunchContext) -> str:
 
 
 def export_context(ctx: LaunchContext) -> LaunchContext:
-    return LaunchContext(model_path=ctx.model_path, served_model_name=ctx.served_model_name, port=EXPORT_PORT,
-                         host=ctx.host, binary=ctx.binary, extra_args=ctx.extra_args)
+    return replace(ctx, port=EXPORT_PORT)
 
 
 def render(summary: StudySummary, engine: Engine, command: str | None, console: Console) -> None:

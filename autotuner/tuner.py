@@ -35,6 +35,7 @@ from autotuner.engines._base import Engine, LaunchContext, LaunchSpec
 from autotuner.launchers._base import Handle, LaunchError, Launcher, free_port
 from autotuner.objective import SloViolated, level_value, saturated, slo_violations, trial_value
 from autotuner.interrupts import StopRequests
+from autotuner.model_facts import feasibility_context
 from autotuner.progress import Progress
 from autotuner.sampling import FAILURE_CONSTRAINT
 from autotuner.recovery import WORKER_ATTR, Heartbeat, recover_stale_trials, this_worker
@@ -89,6 +90,7 @@ class Tuner:
         self._progress_factory = progress or (lambda total: Progress(total, self.cfg.objective.metric))
         self.engine_version = engine_version or self._engine_version()  # given: e.g. read from an image
         self.host = host.fingerprint()
+        self.facts = feasibility_context(experiment)  # workload, GPUs and the model's shape, read once
         self.study = open_study(self.cfg, n_levels=len(self.cfg.load.levels()))
         self.artifacts = StudyArtifacts(self.study, experiment, engine, tracker, self.workdir, binary=binary,
                                         engine_version=self.engine_version, environment=self._environment())
@@ -217,9 +219,9 @@ class Tuner:
         trial.set_user_attr(WORKER_ATTR, this_worker())
         baseline = bool(trial.user_attrs.get("baseline"))
         params = {} if baseline else self.space.suggest(trial)
-        args = self.engine.tuning_args(params)
+        config = self.engine.describe(params)
         progress.trial_started(index, trial.number,
-                               "baseline: engine defaults" if baseline else "config: " + (" ".join(args) or "(defaults)"))
+                               "baseline: engine defaults" if baseline else "config: " + (config or "(defaults)"))
         trial_dir = self.workdir / f"trial-{trial.number:04d}"
         self._sync_tracking()
         run_id = self.tracker.start_trial(trial.number, tags={**self._common_tags(), "autotuner.baseline": str(baseline).lower()})
@@ -262,7 +264,7 @@ class Tuner:
                 handle = self.launcher.start(spec, trial_dir / "server.log", labels)
                 self.launcher.wait_ready(handle, self.cfg.startup_timeout_s)
             except LaunchError as e:
-                cls, line = self.engine.classify_failure(e.log_tail)
+                cls, line = self.engine.classify_failure(e.log_tail, getattr(e, "exit_code", None))
                 raise _Failed(cls or e.failure_class, f"{e}: {line}" if line else str(e), e.log_tail) from None
             timings["ready_s"] = time.perf_counter() - t
             self._check_stop("before warming up")
@@ -450,9 +452,7 @@ class Tuner:
         self.tracker.backfill([self._record(t) for t in finished], force=force)
 
     def _infeasible(self, params: dict[str, Any]) -> list[str]:
-        w = self.cfg.workload
-        context = {"input_len": w.input_len, "output_len": w.output_len, "gpus": self.cfg.hardware.gpus}
-        return self.space.broken_constraints(params) + self.engine.infeasible(params, context)
+        return self.space.broken_constraints(params) + self.engine.infeasible(params, self.facts)
 
     def launch_spec(self, params: dict[str, Any], port: int) -> LaunchSpec:
         """The engine's launch of `params`, with the experiment's environment and secrets."""
@@ -462,7 +462,8 @@ class Tuner:
 
     def launch_context(self, port: int) -> LaunchContext:
         return LaunchContext(model_path=self.exp.model_path, served_model_name=self.cfg.model.name, port=port,
-                             binary=self.binary, extra_args=tuple(self.cfg.engine_args))
+                             binary=self.binary, extra_args=tuple(self.cfg.engine_args), gpus=self.cfg.hardware.gpus,
+                             extra_env=tuple(self.cfg.env.items()))
 
     def _engine_version(self) -> str:
         if not self.binary:

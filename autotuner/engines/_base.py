@@ -46,6 +46,8 @@ class LaunchContext:
     host: str = "127.0.0.1"
     binary: str | None = None  # the engine's executable, for a local process
     extra_args: tuple[str, ...] = ()
+    gpus: int = 0  # GPUs the experiment declares; 0: the engine's CPU build
+    extra_env: tuple[tuple[str, str], ...] = ()  # fixed environment from the experiment (env)
 
 
 @dataclass(frozen=True)
@@ -53,7 +55,10 @@ class Flag:
     """How one param reaches the command line.
 
     `flag VALUE` for values; for booleans `on`/`off` are the flags to pass for True/False (None: pass
-    nothing). `choices`, when set, is the engine's own list of accepted values.
+    nothing). `choices`, when set, is the engine's own list of accepted values. `env` makes the param an
+    environment variable instead of a flag. `unset` is the value that passes nothing at all (the
+    engine's own default, e.g. "auto"). `sep` splits a value into several arguments after the flag
+    ("1,2,4" -> `--flag 1 2 4`), for the engines' list-valued flags.
     """
 
     flag: str | None = None
@@ -62,14 +67,36 @@ class Flag:
     default: Any = None
     choices: tuple[Any, ...] | None = None
     help: str = ""
+    env: str | None = None
+    unset: Any = None
+    sep: str | None = None
 
     def render(self, value: Any) -> list[str]:
+        if self.env is not None or (self.unset is not None and value == self.unset):
+            return []
         if isinstance(value, bool) and (self.on or self.off):
             chosen = self.on if value else self.off
             return [chosen] if chosen else []
         if self.flag is None:
             raise ValueError("flag has no value form")
-        return [self.flag, str(value).lower() if isinstance(value, bool) else str(value)]
+        if self.sep is not None:
+            return [self.flag, *(v.strip() for v in str(value).split(self.sep) if v.strip())]
+        return [self.flag, value_text(value)]
+
+    def render_env(self, value: Any) -> dict[str, str]:
+        if self.env is None or (self.unset is not None and value == self.unset):
+            return {}
+        return {self.env: value_text(value)}
+
+
+def value_text(value: Any) -> str:
+    """A param value as an engine reads it: booleans lower-case, floats without binary noise (a float
+    param with step 0.05 samples 0.8500000000000001; the engine gets 0.85)."""
+    if isinstance(value, bool):
+        return str(value).lower()
+    if isinstance(value, float):
+        return f"{value:.12g}"
+    return str(value)
 
 
 class EngineError(ValueError):
@@ -101,16 +128,41 @@ class Engine:
             args += self.flags[name].render(value)
         return args
 
+    def tuning_env(self, params: Mapping[str, Any]) -> dict[str, str]:
+        """The environment variables that params declared with `Flag(env=...)` set."""
+        env: dict[str, str] = {}
+        for name, value in params.items():
+            env.update(self.flags[name].render_env(value))
+        return env
+
+    def describe(self, params: Mapping[str, Any]) -> str:
+        """A config as a user reads it: its environment variables, then its flags."""
+        env = " ".join(f"{k}={shlex.quote(v)}" for k, v in self.tuning_env(params).items())
+        return " ".join(p for p in (env, shlex.join(self.tuning_args(params))) if p)
+
     def infeasible(self, params: Mapping[str, Any], context: Mapping[str, Any]) -> list[str]:
-        """Rules this config breaks before any launch (empty: launchable). `context` holds workload facts."""
+        """Rules this config breaks before any launch (empty: launchable).
+
+        `context` holds facts about the experiment: `input_len`, `output_len`, `gpus`, `engine_args`, and
+        the model's shape when its config.json is at hand (autotuner.model_facts: `num_attention_heads`,
+        `num_key_value_heads`, `num_hidden_layers`, `num_experts`, `max_position_embeddings`).
+        Each broken rule is one line saying what the rule is and what broke it."""
         return []
+
+    def gpus_needed(self, params: Mapping[str, Any]) -> int:
+        """GPUs one launch of this config occupies (for `docker run --gpus`)."""
+        return 0
+
+    def find_binary(self) -> tuple[str | None, str]:
+        """The executable a local process runs (None when it is missing) and what to do when it is."""
+        return None, f"no local executable is known for {self.name}"
 
     def build(self, params: Mapping[str, Any], ctx: LaunchContext) -> LaunchSpec:
         raise NotImplementedError
 
-    def classify_failure(self, log_tail: str) -> tuple[str | None, str | None]:
-        """Why a server failed, read from its log: (class such as `oom` or `bad-flag`, the telling line).
-        Either may be None when the log does not say."""
+    def classify_failure(self, log_tail: str, exit_code: int | None = None) -> tuple[str | None, str | None]:
+        """Why a server failed, read from its log and exit code (None: still running, or unknown):
+        (class such as `oom` or `bad-flag`, the telling line). Either may be None when they do not say."""
         return None, None
 
     def version_argv(self, binary: str) -> list[str]:
@@ -129,7 +181,7 @@ def register(cls: type[Engine]) -> type[Engine]:
 
 
 def get_engine(name: str) -> Engine:
-    from autotuner.engines import llamacpp  # noqa: F401  (registers itself)
+    from autotuner.engines import llamacpp, sglang, vllm  # noqa: F401  (each registers itself)
 
     try:
         return _ENGINES[name]()

@@ -70,7 +70,7 @@ class LlamaCppEngine(Engine):
             broken.append(f"cache_type_v={v} needs flash_attn on (llama.cpp rejects a quantized V cache without it)")
         return broken
 
-    def classify_failure(self, log_tail: str) -> tuple[str | None, str | None]:
+    def classify_failure(self, log_tail: str, exit_code: int | None = None) -> tuple[str | None, str | None]:
         lines = log_tail.splitlines()
         for failure_class, pattern in _FAILURES:
             for line in lines:
@@ -79,6 +79,13 @@ class LlamaCppEngine(Engine):
         # llama.cpp marks error lines with a level letter: "0.00.009.428 E llama_init_from_model: ..."
         first_error = next((line.strip() for line in lines if _ERROR_LINE.match(line)), None)
         return None, first_error
+
+    def find_binary(self) -> tuple[str | None, str]:
+        from autotuner import paths
+
+        binary = paths.llama_server_binary()
+        return (str(binary) if binary else None,
+                "llama-server not found: run scripts/build-llama-server.sh or set AUTOTUNER_LLAMA_SERVER")
 
     def parse_version(self, output: str) -> str:
         # "version: 0.5.0-dev (build 1, commit 0c1e570)" on stderr

@@ -1,0 +1,96 @@
+"""`autotuner run --dry-run`: the first N configs a study would try, as the exact commands it would launch.
+
+Samples like a real run (the baseline first, then the experiment's `enqueue` list, then the study's
+sampler with its seed) from a throw-away in-memory study, and for each config prints either the launch
+command — the `docker run` line when the launcher is docker, the environment and argv otherwise — or
+the rules it breaks (`infeasible`), exactly as the tuner would check them. Nothing is started, and the
+experiment's own study storage, MLflow store and results folder are not touched, so a GPU experiment can
+be inspected on a machine without GPUs or the model. (A real run learns from measured results, so its
+samples after the first few differ.)
+"""
+
+from __future__ import annotations
+
+import shlex
+from collections.abc import Callable
+
+import optuna
+from optuna.trial import TrialState
+
+from autotuner.config import Experiment
+from autotuner.engines._base import Engine, LaunchContext, value_text
+from autotuner.launchers.docker_command import docker_run_line
+from autotuner.model_facts import feasibility_context
+from autotuner.space import SearchSpace
+from autotuner.study import make_sampler
+
+DRY_RUN_PORT = 8000
+
+
+MODEL_FILE_SUFFIXES = (".gguf", ".safetensors", ".bin", ".pt", ".pth")
+
+
+def docker_volumes(exp: Experiment) -> list[str]:
+    """The model folder (or the folder of a model file), read-only at its own path, then docker.volumes.
+    Model folders are often named with dots (Llama-3.1-8B): only a known weights suffix means a file."""
+    path = exp.model_path
+    model = path.parent if path.is_file() or path.suffix.lower() in MODEL_FILE_SUFFIXES else path
+    extra = [f"{v.host}:{v.container}{':ro' if v.read_only else ''}" for v in exp.config.docker.volumes]
+    return [f"{model}:{model}:ro", *extra]
+
+
+def dry_run(exp: Experiment, engine: Engine, n: int, echo: Callable[[str], None], binary: str | None = None) -> int:
+    """Print the first `n` sampled configs of `exp`; returns how many of them were infeasible."""
+    cfg = exp.config
+    docker = cfg.launcher == "docker"
+    space = SearchSpace(exp.space)
+    facts = feasibility_context(exp)
+    known = [k for k in ("num_attention_heads", "num_key_value_heads", "num_hidden_layers", "num_experts")
+             if k in facts]
+    echo(f"# dry run of {exp.source}: engine {cfg.engine}, launcher {cfg.launcher}, {cfg.hardware.gpus} GPU(s); "
+         f"first {n} configs of study '{cfg.study_name}' ({cfg.study.sampler}, seed {cfg.study.seed})")
+    if known:
+        echo("# model facts from config.json: " + ", ".join(f"{k}={facts[k]}" for k in known))
+    else:
+        echo(f"# no config.json at {exp.model_path}: rules on heads, layers and experts are not checked")
+    optuna.logging.set_verbosity(optuna.logging.WARNING)
+    study = optuna.create_study(direction=cfg.objective.direction,
+                                sampler=make_sampler(cfg.study.sampler, cfg.study.seed))
+    if cfg.study.baseline:
+        study.enqueue_trial({}, user_attrs={"baseline": True})
+    for params in cfg.enqueue:
+        study.enqueue_trial(dict(params), user_attrs={"enqueued": True})
+    ctx = LaunchContext(model_path=exp.model_path, served_model_name=cfg.model.name, port=DRY_RUN_PORT,
+                        host="0.0.0.0" if docker else "127.0.0.1", binary=None if docker else binary,
+                        extra_args=tuple(cfg.engine_args), gpus=cfg.hardware.gpus,
+                        extra_env=tuple(cfg.env.items()))
+    infeasible = 0
+    for _ in range(n):
+        trial = study.ask()
+        baseline = bool(trial.user_attrs.get("baseline"))
+        params = {} if baseline else space.suggest(trial)
+        title = "baseline: engine defaults" if baseline else " ".join(f"{k}={_show(v)}" for k, v in params.items())
+        echo("")
+        echo(f"# trial {trial.number}: {title or '(defaults)'}")
+        broken = space.broken_constraints(params) + engine.infeasible(params, facts)
+        if broken:
+            infeasible += 1
+            for rule in broken:
+                echo(f"#   infeasible: {rule}")
+        else:
+            spec = engine.build(params, ctx)
+            if docker:
+                echo(docker_run_line(spec, image=cfg.docker.image, gpus=max(engine.gpus_needed(params), 1)
+                                     if cfg.hardware.gpus else 0, volumes=docker_volumes(exp)))
+            else:
+                echo(spec.command_line())
+        # Failed trials teach the sampler nothing: it samples as it would before any result came in.
+        study.tell(trial, state=TrialState.FAIL)
+    echo("")
+    echo(f"# {n - infeasible} launchable, {infeasible} infeasible (an infeasible config costs no launch)")
+    return infeasible
+
+
+def _show(value: object) -> str:
+    return shlex.quote(value) if isinstance(value, str) else value_text(value)
+

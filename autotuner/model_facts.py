@@ -1,0 +1,56 @@
+"""The model's shape, read from its Hugging Face config.json when the model is a folder at hand.
+
+The engines' feasibility rules need a few facts (attention and KV heads for tensor parallel, layers for
+pipeline parallel, experts for expert parallel, the longest context). Only what config.json states is
+returned: a missing file or key means "unknown", and a rule that needs it does not apply.
+Reads one small file; never downloads anything.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+# Our name -> the keys model families use for it in config.json, first found wins.
+_KEYS: dict[str, tuple[str, ...]] = {
+    "num_attention_heads": ("num_attention_heads", "n_head", "num_heads"),
+    "num_key_value_heads": ("num_key_value_heads", "num_kv_heads", "multi_query_group_num"),
+    "num_hidden_layers": ("num_hidden_layers", "n_layer", "num_layers"),
+    "num_experts": ("num_experts", "n_routed_experts", "num_local_experts", "moe_num_experts"),
+    "max_position_embeddings": ("max_position_embeddings", "max_sequence_length", "seq_length"),
+}
+
+
+def read_model_facts(model_path: Path) -> dict[str, int]:
+    """Facts from `model_path`/config.json (multimodal configs: their `text_config`); {} when unknown.
+
+    `num_experts` is 0 for a model whose config names no experts (a dense model)."""
+    config_file = model_path / "config.json"
+    try:
+        config: Any = json.loads(config_file.read_text())
+    except (OSError, ValueError):
+        return {}
+    if not isinstance(config, dict):
+        return {}
+    text = config.get("text_config") if isinstance(config.get("text_config"), dict) else {}
+    facts: dict[str, int] = {}
+    for name, keys in _KEYS.items():
+        for source in (text, config):
+            value = next((source[k] for k in keys if isinstance(source.get(k), int)), None)
+            if value is not None:
+                facts[name] = value
+                break
+    if "num_experts" not in facts:
+        facts["num_experts"] = 0
+    if "num_key_value_heads" not in facts and "num_attention_heads" in facts:
+        facts["num_key_value_heads"] = facts["num_attention_heads"]
+    return facts
+
+
+def feasibility_context(exp: Any) -> dict[str, Any]:
+    """What the engines' `infeasible` rules read about an experiment (autotuner.config.Experiment):
+    workload lengths, declared GPUs, fixed engine_args, and the model's shape when config.json is at hand."""
+    cfg = exp.config
+    return {"input_len": cfg.workload.input_len, "output_len": cfg.workload.output_len, "gpus": cfg.hardware.gpus,
+            "engine_args": tuple(cfg.engine_args), **read_model_facts(exp.model_path)}
