@@ -3,6 +3,13 @@
 The only module that imports mlflow; the tuner talks to `MlflowTracker`. The Optuna storage is the
 source of truth: tracking mirrors it for people to compare trials in the MLflow UI, so a resumed study
 finds and continues its parent run (tagged with the study name) instead of starting a new one.
+
+Layout (the README's "Comparing trials in MLflow" lists every name): one experiment per study; a parent
+run holding the settings, the search space, `best_so_far_<objective>` per trial and the study's report,
+plots and best-config files; a nested run per trial with the params as sampled, the best level's
+metrics, each level as a step under `level/`, the engine's sampled /metrics under `server/`, tags
+(trial, state, failure class, engine and version, launcher, image, `host.*`) and artifacts (argv,
+server log, requests.jsonl, server_metrics.jsonl, bench.json, the resolved experiment).
 """
 
 from __future__ import annotations
