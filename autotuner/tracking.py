@@ -8,6 +8,13 @@ source of truth and MLflow mirrors it for people to compare trials:
 - a tracking server that is down or slow never stops the study: each call is retried with backoff,
   then tracking is marked unavailable and skipped (costing no more time) until the next trial, which
   probes it once and, when it is back, backfills what it missed.
+
+Layout (the README's "Comparing trials in MLflow" lists every name): one experiment per study; a parent
+run holding the settings, the search space, `best_so_far_<objective>` per trial and the study's report,
+plots and best-config files; a nested run per trial with the params as sampled, the best level's
+metrics, each level as a step under `level/`, the engine's sampled /metrics under `server/`, tags
+(trial, state, failure class, engine and version, launcher, image, `host.*`) and artifacts (argv,
+server log, requests.jsonl, server_metrics.jsonl, bench.json, the resolved experiment).
 """
 
 from __future__ import annotations
