@@ -24,7 +24,7 @@ from autotuner.tracking import MlflowTracker
 from autotuner.tuner import Tuner
 
 REPO = Path(__file__).resolve().parent.parent
-ENGINE_PHASES = ("ready_s", "warmup_s", "measure_s", "stop_s")
+ENGINE_PHASES = ("ready_s", "warmup_s", "measure_s", "stop_s")  # engine start, warmup, measurement, stop
 
 
 def main() -> None:
@@ -44,7 +44,8 @@ def main() -> None:
             (REPO / "experiments" / "quickstart.yaml").read_text()
             .replace("../models/quickstart.gguf", str(args.model.resolve()))
             .replace("../search_spaces/llamacpp.yaml", str(REPO / "search_spaces" / "llamacpp.yaml"))
-            .replace("num_prompts: 48", f"num_prompts: {args.num_prompts}")
+            .replace("num_prompts: 32", f"num_prompts: {args.num_prompts}")
+            .replace("top_k: 2", "top_k: 0")
             .replace("sqlite:///autotuner.db", f"sqlite:///{tmp_path}/study.db"))
         exp = load_experiment(exp_file)
         t = time.perf_counter()
