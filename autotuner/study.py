@@ -26,7 +26,7 @@ def make_sampler(name: str, seed: int | None) -> optuna.samplers.BaseSampler:
 def _base_sampler(name: str, seed: int | None) -> optuna.samplers.BaseSampler:
     if name == "tpe":
         # multivariate: llama.cpp's knobs interact (slots x batch x threads); constant_liar: parallel workers.
-        return optuna.samplers.TPESampler(seed=seed, multivariate=True, constant_liar=True, n_startup_trials=5)
+        return optuna.samplers.TPESampler(seed=seed, multivariate=True, constant_liar=True, n_startup_trials=10)
     if name == "gp":
         return optuna.samplers.GPSampler(seed=seed)
     if name == "nsga2":

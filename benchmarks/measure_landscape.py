@@ -190,7 +190,8 @@ def main() -> None:
             eta = elapsed / i * (len(todo) - i)
             result = f"FAIL {row['failure']}" if row["failed"] else f"{row['output_tok_per_s']:>7} tok/s"
             flags = " ".join(engine.tuning_args(config))
-            print(f"[{i:>3}/{len(todo)}] {result:<22} {took:5.1f} s  load {load1:4.1f}  eta {eta / 60:4.1f} min  {flags}",
+            print(f"[{i:>3}/{len(todo)}] {result:<22} {took:5.1f} s  load {load1:4.1f}  "
+                  f"eta {eta / 60:4.1f} min  {flags}",
                   flush=True)
     print(f"done in {(time.perf_counter() - t_start) / 60:.1f} min -> {args.out}")
 

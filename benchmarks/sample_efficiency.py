@@ -6,7 +6,7 @@ study suggests the grid's params (categorical over the values the CSV holds), th
 config up and returns its measured output_tok_per_s. As in the tuner, a config that failed when measured
 is told as FAIL with the `failure` constraint set (so make_sampler's FailureAwareSampler learns from it),
 and a config proposed again gets its earlier result (the tuner reuses it instead of launching again).
-Each sampler runs `--seeds` studies of `--budget` trials (default: the grid's size).
+Each sampler runs `--seeds` studies of `--budget` trials (default: twice the grid's size).
 
 Printed: the landscape's summary (best and worst config, spread, failures, how many configs lie within
 95% / 99% of the best), then two Markdown tables:
@@ -17,13 +17,14 @@ Printed: the landscape's summary (best and worst config, spread, failures, how m
   budgets), and the distinct configs launched in 80 trials.
 
 Samplers: `tpe` exactly as autotuner.study.make_sampler builds it (the tuner's default), `gp` (the same
-for GPSampler; needs torch, which the project does not depend on: skipped with a note when missing),
+for GPSampler; needs torch, which the project does not depend on: skipped with a note when missing; slow:
+about 3 minutes per study of 240 trials on 2 busy cores, so pass a smaller --seeds/--budget with it),
 `random`, and `grid` (GridSampler over the whole grid, in a seeded random order). `--variants` adds TPE
 with 10 or 3 startup trials, univariate, without failure-awareness, and "random config on repeat": when
 TPE proposes a config measured before, a random config not measured yet is enqueued as the next trial.
 
     .venv/bin/python benchmarks/sample_efficiency.py [--csv benchmarks/data/llamacpp_landscape.csv]
-        [--budget N] [--seeds 10] [--samplers tpe gp random grid] [--thresholds 0.95 0.99] [--variants]
+        [--budget N] [--seeds 30] [--samplers tpe gp random grid] [--thresholds 0.95 0.99] [--variants]
 
 The replay has no baseline trial, no enqueued configs and no confirmation runs: only what each sampler
 proposes. The landscape is one noisy measurement per config, so "the best" is partly the luck of that
@@ -82,8 +83,9 @@ class Landscape:
 
     @property
     def best(self) -> tuple[tuple[Any, ...], float]:
-        key = max((k for k, v in self.values.items() if v is not None), key=lambda k: self.values[k])  # type: ignore[arg-type,return-value]
-        return key, self.values[key]  # type: ignore[return-value]
+        measured = {k: v for k, v in self.values.items() if v is not None}
+        key = max(measured, key=measured.__getitem__)
+        return key, measured[key]
 
     def value(self, params: dict[str, Any]) -> float | None:
         return self.values[tuple(params[name] for name in self.space)]
@@ -118,6 +120,15 @@ def load_landscape(path: Path) -> Landscape:
         raise SystemExit(f"{path}: {len(rows)} rows, but the grid of its values has {expected} configs: "
                          "finish measuring it first (benchmarks/measure_landscape.py resumes)")
     return Landscape(space=space, fixed=fixed, values=values, failures=failures)
+
+
+class ReplayGridSampler(optuna.samplers.GridSampler):
+    """GridSampler that does not call study.stop() once the grid is done: that only works inside
+    study.optimize, and the replay's ask/tell loop ends by itself."""
+
+    def after_trial(self, study: optuna.Study, trial: optuna.trial.FrozenTrial, state: TrialState,
+                    values: Any) -> None:
+        pass
 
 
 @dataclass
@@ -196,7 +207,7 @@ def strategies(landscape: Landscape, names: list[str], variants: bool) -> dict[s
         elif name == "random":
             out["random"] = Strategy(lambda seed: make_sampler("random", seed))
         elif name == "grid":
-            out["grid"] = Strategy(lambda seed: optuna.samplers.GridSampler(landscape.space, seed=seed))
+            out["grid"] = Strategy(lambda seed: ReplayGridSampler(landscape.space, seed=seed))
         else:
             raise SystemExit(f"unknown sampler '{name}' (samplers: tpe, gp, random, grid)")
     if variants:
@@ -254,8 +265,10 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--csv", type=Path, default=REPO / "benchmarks" / "data" / "llamacpp_landscape.csv")
     ap.add_argument("--budget", type=int, default=None,
-                    help="trials per study (default: the grid's size, so that grid search always gets there)")
-    ap.add_argument("--seeds", type=int, default=10, help="studies per sampler (seeds 0..N-1)")
+                    help="trials per study (default: twice the grid's size, so that grid search always gets there "
+                         "and random search's median is seen)")
+    ap.add_argument("--seeds", type=int, default=30,
+                    help="studies per sampler (seeds 0..N-1); with 10 the verdict flipped between seed sets")
     ap.add_argument("--samplers", nargs="+", default=["tpe", "gp", "random", "grid"])
     ap.add_argument("--thresholds", nargs="+", type=float, default=[0.95, 0.99],
                     help="shares of the landscape's best to reach; the last one is compared with random")
@@ -270,7 +283,7 @@ def main() -> None:
 
     landscape = load_landscape(args.csv)
     print_landscape(landscape, args.csv, thresholds)
-    budget = args.budget or len(landscape.values)
+    budget = args.budget or 2 * len(landscape.values)
     checkpoints = tuple(c for c in CHECKPOINTS if c <= budget) or (budget,)
 
     results: dict[str, list[Run]] = {}
@@ -303,7 +316,8 @@ def main() -> None:
         print(f"| {name} | " + " | ".join(cells) + " |")
 
     print(f"\nBest so far, as a share of the landscape's best, after N trials (median over {args.seeds} seeds)\n")
-    print("| sampler | " + " | ".join(f"after {c}" for c in checkpoints) + f" | configs launched in {checkpoints[-1]} |")
+    print("| sampler | " + " | ".join(f"after {c}" for c in checkpoints)
+          + f" | configs launched in {checkpoints[-1]} |")
     print("|---|" + "---:|" * (len(checkpoints) + 1))
     for name, runs in results.items():
         cells = [f"{statistics.median(r.best_at[c] for r in runs):.0%}" for c in checkpoints]
