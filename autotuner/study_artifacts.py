@@ -24,6 +24,7 @@ import yaml
 
 from autotuner import export, plots, report
 from autotuner.config import Experiment, FloatParam, IntParam
+from autotuner.secrets import Redactor
 from autotuner.engines._base import Engine, LaunchContext, LaunchSpec
 from autotuner.tracking import MlflowTracker
 
@@ -86,11 +87,13 @@ def winner_text(fmt: str, engine: Engine, exp: Experiment, row: report.TrialRow,
 
 class StudyArtifacts:
     def __init__(self, study: optuna.Study, exp: Experiment, engine: Engine, tracker: MlflowTracker,
-                 folder: Path, *, binary: str | None, engine_version: str, environment: dict[str, Any]):
+                 folder: Path, *, binary: str | None, engine_version: str, environment: dict[str, Any],
+                 redactor: Redactor | None = None):
         self.study, self.exp, self.engine, self.tracker = study, exp, engine, tracker
         self.folder, self.binary, self.version = folder, binary, engine_version
-        self.environment = environment
-        self.experiment_text = resolved_experiment(exp)
+        self.redactor = redactor or Redactor({})  # every text this writes passes through it (secrets.py)
+        self.environment = self._redacted(environment)
+        self.experiment_text = self.redactor.text(resolved_experiment(exp)) or ""
         self.plot_seconds: list[float] = []
         self._trials_seen = 0
         self._plotly_logged = False
@@ -100,7 +103,7 @@ class StudyArtifacts:
     def start(self) -> None:
         """Record where and how the study runs (study user attributes, MLflow parent artifacts)."""
         self.study.set_user_attr("environment", self.environment)
-        self.study.set_user_attr("settings", settings(self.exp))
+        self.study.set_user_attr("settings", self._redacted(settings(self.exp)))
         self.study.set_user_attr("experiment", self.experiment_text)
         self.tracker.log_study(artifacts={"experiment.yaml": self.experiment_text})
 
@@ -148,7 +151,10 @@ class StudyArtifacts:
             summary.best_files = [str(self.folder / n) for n in ("best.json", "best-command.sh", *files)]
         files["report.md"] = report.to_markdown(summary, self.engine, command)
         files["report.json"] = json.dumps(report.to_json(summary, command), indent=2)
+        files = {name: self.redactor.text(text) or "" for name, text in files.items()}
         report.write_best(summary, command, self.folder, extra=files)
+        for name in ("best.json", "best-command.sh"):
+            self.redactor.file(self.folder / name)
         artifacts: dict[str, str | Path] = {name: self.folder / name for name in files}
         for name in ("best.json", "best-command.sh"):
             artifacts[name] = self.folder / name
@@ -158,6 +164,9 @@ class StudyArtifacts:
         # The report is also the parent run's description, shown on its page in the MLflow UI.
         self.tracker.log_study(artifacts=artifacts, tags={"mlflow.note.content": files["report.md"][:7900]})
         return summary
+
+    def _redacted(self, value: Any) -> Any:
+        return json.loads(self.redactor.text(json.dumps(value)) or "null")
 
 
 def _best(study: optuna.Study) -> optuna.trial.FrozenTrial | None:

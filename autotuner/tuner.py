@@ -92,12 +92,13 @@ class Tuner:
         self.host = host.fingerprint()
         self.facts = feasibility_context(experiment)  # workload, GPUs and the model's shape, read once
         self.study = open_study(self.cfg, n_levels=len(self.cfg.load.levels()))
-        self.artifacts = StudyArtifacts(self.study, experiment, engine, tracker, self.workdir, binary=binary,
-                                        engine_version=self.engine_version, environment=self._environment())
-        self._records = TrialRecords()
-        self._stop = StopRequests()
         self.secrets = secrets.collect(self.cfg.secret_env)
         self.redact = secrets.Redactor(self.secrets)
+        self.artifacts = StudyArtifacts(self.study, experiment, engine, tracker, self.workdir, binary=binary,
+                                        engine_version=self.engine_version, environment=self._environment(),
+                                        redactor=self.redact)
+        self._records = TrialRecords()
+        self._stop = StopRequests()
 
     # --- the study --------------------------------------------------------------------------------------
 
