@@ -246,7 +246,7 @@ class MlflowTracker:
         if run_id:
             now = _now_ms()
             self._safe("log step", lambda: self.client.log_batch(
-                run_id, metrics=[Metric(LEVEL_PREFIX + k, float(v), now, step) for k, v in metrics.items()]))
+                run_id, metrics=[Metric(k, float(v), now, step) for k, v in metrics.items()]))
 
     def log_trial(self, record: TrialRecord, run_id: str | None = None) -> bool:
         """Log a finished trial into its run (created now when `run_id` is None) and close the run."""

@@ -42,7 +42,7 @@ from autotuner.recovery import WORKER_ATTR, Heartbeat, recover_stale_trials, thi
 from autotuner.space import SearchSpace
 from autotuner.study import best_trial, open_study
 from autotuner.study_artifacts import StudyArtifacts
-from autotuner.tracking import MlflowTracker, TrialRecord, trial_record
+from autotuner.tracking import LEVEL_PREFIX, MlflowTracker, TrialRecord, trial_record
 from autotuner.trial_records import TrialRecords
 
 LOG_TAIL_LINES = 30
@@ -361,7 +361,9 @@ class Tuner:
             metrics = {**level, **result.metrics(), **spread_metrics(records),
                        **summarize_samples(sampler.level_samples(step), self.engine.name)}
             self._records.level_metrics.append(metrics)
-            self.tracker.log_step(run_id, step, metrics)  # under level/: the run's own metrics are the best level's
+            # Per level under level/ (MLflow charts them as one section); the run's own metrics, logged at
+            # the end, are the best level's, so the runs table compares trials by what they scored.
+            self.tracker.log_step(run_id, step, {LEVEL_PREFIX + k: v for k, v in metrics.items()})
             timings["measure_s"] = time.perf_counter() - t
             if not self.launcher.is_running(handle):
                 raise _Failed("crashed-mid-run", f"server died while measuring {_level_text(level)}",
