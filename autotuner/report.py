@@ -111,6 +111,8 @@ def _best_level(trial: FrozenTrial, metric: str, direction: str) -> dict[str, fl
     levels = trial.user_attrs.get("levels") or []
     if not levels:
         return {}
+    if trial.value is not None:  # the level the trial was scored by (under an SLO not always the fastest)
+        return min(levels, key=lambda m: abs(_finite(m.get(metric), math.inf) - trial.value))
     pick = max if direction == "maximize" else min
     return pick(levels, key=lambda m: _finite(m.get(metric), -math.inf if direction == "maximize" else math.inf))
 

@@ -81,16 +81,19 @@ def trial_record(trial: FrozenTrial, artifact_dir: Path, metric: str, direction:
         number=trial.number, status=status,
         # The params exactly as sampled, and the flags they became (what a user pastes).
         params={**(dict(trial.params) or {"baseline": "engine defaults"}), "engine_args": attrs.get("engine_args", "")},
-        metrics={**best_level(levels, metric, direction), **{f"time_{k}": v for k, v in timings.items()}},
+        metrics={**best_level(levels, metric, direction, trial.value), **{f"time_{k}": v for k, v in timings.items()}},
         steps=levels, tags=tags, artifact_dir=artifact_dir,
     )
 
 
-def best_level(levels: list[dict[str, float]], metric: str, direction: str) -> dict[str, float]:
-    """The metrics of the level that scored best on the objective: what the trial is compared by."""
+def best_level(levels: list[dict[str, float]], metric: str, direction: str,
+               value: float | None = None) -> dict[str, float]:
+    """The metrics of the level the trial was scored by (`value`; else the best on the objective)."""
     scored = [m for m in levels if metric in m]
     if not scored:
         return {}
+    if value is not None:  # under an SLO the scored level is not always the fastest
+        return dict(min(scored, key=lambda m: abs(m[metric] - value)))
     pick = max if direction == "maximize" else min
     return dict(pick(scored, key=lambda m: m[metric]))
 

@@ -39,3 +39,13 @@ def test_separated_top_two_are_not_called_noise():
     s = summarize(study_with([(200.0, False, {"parallel": 8}), (100.0, False, {"parallel": 4})],
                              confirmation={"0": [198.0], "1": [101.0]}), "output_tok_per_s")
     assert not s.top_two_within_noise and s.gain is None
+
+
+def test_the_row_shows_the_level_the_trial_was_scored_by_not_the_fastest():
+    study = optuna.create_study(direction="maximize")
+    study.add_trial(optuna.trial.create_trial(
+        value=100.0, params={"parallel": 4}, distributions={"parallel": IntDistribution(1, 64)},
+        user_attrs={"levels": [{"output_tok_per_s": 100.0, "ttft_ms_p99": 300.0},     # met the SLO
+                               {"output_tok_per_s": 400.0, "ttft_ms_p99": 9000.0}]}))  # broke it
+    row = summarize(study, "output_tok_per_s").best
+    assert row.metrics["ttft_ms_p99"] == 300.0
