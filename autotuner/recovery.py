@@ -1,7 +1,7 @@
 """Losing nothing when a tuner dies: who runs a trial, heartbeats, and failing-and-retrying the trials
 of a tuner that is gone.
 
-A RUNNING trial records its worker (`host:pid`). When a study is opened, a RUNNING trial whose worker
+A RUNNING trial records its worker (`host:pid:start`, as the launchers record an engine's owner). When a study is opened, a RUNNING trial whose worker
 was on this host and no longer runs (a SIGKILLed tuner) is failed at once; a worker on another host is
 judged by Optuna's heartbeat (its grace period). Either way Optuna's RetryFailedTrialCallback puts the
 same configuration back in the queue, so a rerun measures it again and every finished trial stays.
@@ -9,15 +9,14 @@ same configuration back in the queue, so a rerun measures it again and every fin
 
 from __future__ import annotations
 
-import os
-import socket
 import threading
-from pathlib import Path
 
 import warnings
 
 import optuna
 from optuna.trial import TrialState
+
+from autotuner.launchers._base import owner_alive, this_owner
 
 WORKER_ATTR = "worker"
 HEARTBEAT_INTERVAL_S = 20
@@ -26,21 +25,12 @@ MAX_RETRY = 2
 
 
 def this_worker() -> str:
-    return f"{socket.gethostname()}:{os.getpid()}"
+    return this_owner()
 
 
 def _worker_gone(worker: str) -> bool:
-    """True when `worker` ran on this host and its process is no longer an autotuner."""
-    host, _, pid = worker.rpartition(":")
-    if host != socket.gethostname() or not pid.isdigit():
-        return False
-    if int(pid) == os.getpid():
-        return False
-    try:
-        cmdline = Path(f"/proc/{pid}/cmdline").read_bytes()
-    except OSError:
-        return True
-    return b"autotuner" not in cmdline and b"pytest" not in cmdline
+    """True when `worker` ran on this host and that process is gone (its PID's start time differs)."""
+    return not owner_alive(worker)
 
 
 def recover_stale_trials(study: optuna.Study) -> list[int]:
