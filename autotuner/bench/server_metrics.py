@@ -118,9 +118,9 @@ class Sample:
 
 def summarize(samples: Sequence[Sample], engine: str) -> dict[str, float]:
     """The samples of one load level -> `server_<name>_mean` / `_max` for gauges, `server_<name>` (the
-    increase over the level) for counters, plus `server_samples`. Empty when there are no samples."""
+    increase over the level) for counters, plus `server_samples` (0 when a level was too short to sample)."""
     if not samples:
-        return {}
+        return {"server_samples": 0.0}
     out: dict[str, float] = {"server_samples": float(len(samples))}
     for name, kind in kinds(engine).items():
         values = [s.values[name] for s in samples if name in s.values]

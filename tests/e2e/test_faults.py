@@ -129,7 +129,7 @@ def test_engine_killed_mid_measurement_is_crashed_mid_run(tmp_path, tiny_model, 
 
 @pytest.mark.parametrize("extra, workload, failure_class, reason", [
     ("startup_timeout_s: 0.001\n", "", "startup-timeout", "not ready after"),
-    ("", ", request_timeout_s: 0.001", "client-errors", "100% of requests failed"),
+    ("", ", request_timeout_s: 0.001", "client-errors", "timeout after 0.001 s"),
     ("engine_args: ['-c', '32', '-np', '1']\n", ", input_len: 300", "client-errors", "exceeds the available context size"),
     ("engine_args: ['--no-such-flag']\n", "", "bad-flag", "error: invalid argument: --no-such-flag"),
 ])

@@ -130,7 +130,8 @@ def test_mlflow_store_holds_the_run_tree_params_metrics_steps_tags_and_artifacts
     assert "level/server_requests_running_max" in good.data.metrics or "level/server_samples" in good.data.metrics
     running = client.get_metric_history(good.info.run_id, "server/requests_running")
     assert running and max(m.value for m in running) <= 4  # never more than the 4 slots
-    assert good.data.metrics["server_samples"] >= 1
+    sampled = client.get_metric_history(good.info.run_id, "level/server_samples")
+    assert max(m.value for m in sampled) >= 1  # a short level may get none; the sweep as a whole does
 
     # Tags: trial, state, failure class, engine and version, launcher, host fingerprint.
     tags = good.data.tags

@@ -81,7 +81,7 @@ def test_summarize_gauges_and_counters():
     assert out["server_requests_running_mean"] == 3 and out["server_requests_running_max"] == 4
     assert out["server_kv_cache_usage_max"] == pytest.approx(0.9)
     assert out["server_generation_tokens"] == 200 and out["server_preemptions"] == 2
-    assert summarize([], "vllm") == {}
+    assert summarize([], "vllm") == {"server_samples": 0.0}  # a level too short to sample says so
 
 
 def test_sampler_polls_a_real_socket_and_splits_samples_by_level():
