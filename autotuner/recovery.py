@@ -16,16 +16,12 @@ import warnings
 import optuna
 from optuna.trial import TrialState
 
-from autotuner.launchers._base import owner_alive, this_owner
+from autotuner.launchers._base import owner_alive
 
 WORKER_ATTR = "worker"
 HEARTBEAT_INTERVAL_S = 20
 GRACE_PERIOD_S = 90
 MAX_RETRY = 2
-
-
-def this_worker() -> str:
-    return this_owner()
 
 
 def _worker_gone(worker: str) -> bool:

@@ -15,7 +15,7 @@ import math
 import statistics
 import warnings
 from collections import Counter
-from dataclasses import asdict, dataclass, field, replace
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -25,7 +25,7 @@ from rich.console import Console
 from rich.table import Table
 
 from autotuner import diagnosis
-from autotuner.engines._base import Engine, LaunchContext
+from autotuner.engines._base import Engine
 
 EXPORT_PORT = 8080  # the winner's command listens here, not on the tuner's throw-away port
 LATENCY_COLUMNS = ("ttft_ms_p99", "tpot_ms_p99", "e2e_ms_p99")
@@ -422,15 +422,6 @@ def _clean(obj: Any) -> Any:
     if isinstance(obj, (list, tuple)):
         return [_clean(v) for v in obj]
     return obj
-
-
-def best_command(engine: Engine, row: TrialRow, ctx: LaunchContext) -> str:
-    """The winner as a ready-to-run command line."""
-    return engine.build(row.params, ctx).command_line()
-
-
-def export_context(ctx: LaunchContext) -> LaunchContext:
-    return replace(ctx, port=EXPORT_PORT)
 
 
 def render(summary: StudySummary, engine: Engine, command: str | None, console: Console) -> None:

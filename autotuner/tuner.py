@@ -38,7 +38,8 @@ from autotuner.interrupts import StopRequests
 from autotuner.model_facts import feasibility_context
 from autotuner.progress import Progress
 from autotuner.sampling import FAILURE_CONSTRAINT
-from autotuner.recovery import WORKER_ATTR, Heartbeat, recover_stale_trials, this_worker
+from autotuner.launchers._base import this_owner
+from autotuner.recovery import WORKER_ATTR, Heartbeat, recover_stale_trials
 from autotuner.space import SearchSpace
 from autotuner.study import best_trial, open_study
 from autotuner.study_artifacts import StudyArtifacts
@@ -217,7 +218,7 @@ class Tuner:
         with warnings.catch_warnings():  # we run our own heartbeat thread (recovery.Heartbeat) in ask/tell
             warnings.filterwarnings("ignore", "Heartbeat of storage is supposed to be used with Study.optimize")
             trial = self.study.ask()
-        trial.set_user_attr(WORKER_ATTR, this_worker())
+        trial.set_user_attr(WORKER_ATTR, this_owner())
         baseline = bool(trial.user_attrs.get("baseline"))
         params = {} if baseline else self.space.suggest(trial)
         config = self.engine.describe(params)
