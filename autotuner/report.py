@@ -65,6 +65,7 @@ class StudySummary:
     baseline_value: float | None = None
     best: TrialRow | None = None
     baseline: TrialRow | None = None
+    baseline_failure: str | None = None  # why the baseline has no value: "FAIL slo-violated: ..."
     n_trials: int = 0
     failure_examples: dict[str, str] = field(default_factory=dict)  # class -> one reason
     environment: dict[str, Any] = field(default_factory=dict)
@@ -155,6 +156,11 @@ def _importances(study: optuna.Study, complete: list[FrozenTrial]) -> dict[str, 
         return {}
 
 
+def _ending(t: optuna.trial.FrozenTrial) -> str:
+    cls, reason = t.user_attrs.get("failure_class"), t.user_attrs.get("failure_reason")
+    return f"trial #{t.number} {t.state.name}" + (f" {cls}: {reason}" if cls else "")
+
+
 def summarize(study: optuna.Study, metric: str, top_k: int = 5, *, target: float | None = None,
               bounds: dict[str, tuple[float, float]] | None = None, importances: bool = True) -> StudySummary:
     """Everything the report says, from the study's trials. `bounds`: numeric params' search ranges."""
@@ -176,6 +182,7 @@ def summarize(study: optuna.Study, metric: str, top_k: int = 5, *, target: float
     rows = [_row(t, metric, direction, repeats) for t in ordered]
     baseline = next((r for r in rows if r.baseline), None)
     fails = [t for t in trials if t.state == TrialState.FAIL]
+    unmeasured = [t for t in trials if t.user_attrs.get("baseline") and t.state in (TrialState.FAIL, TrialState.PRUNED)]
     examples: dict[str, str] = {}
     for t in fails:
         examples.setdefault(t.user_attrs.get("failure_class", "unknown"), t.user_attrs.get("failure_reason", ""))
@@ -186,6 +193,7 @@ def summarize(study: optuna.Study, metric: str, top_k: int = 5, *, target: float
         failure_classes=dict(Counter(t.user_attrs.get("failure_class", "unknown") for t in fails)),
         top=rows[:top_k], baseline_value=baseline.median if baseline else None, best=rows[0] if rows else None,
         baseline=baseline, n_trials=len(trials), failure_examples=examples,
+        baseline_failure=None if baseline or not unmeasured else _ending(unmeasured[-1]),
         environment=dict(attrs.get("environment") or {}), settings=dict(attrs.get("settings") or {}),
         target=target if target is not None else attrs.get("target"), stop_reason=attrs.get("stop_reason"),
     )
@@ -312,6 +320,8 @@ def verdict(s: StudySummary) -> str:
         text += f" (±{b.spread:.0%} within the run)"
     if s.baseline_value is not None and s.gain is not None:
         text += f", baseline {s.baseline_value:,.1f}: {s.gain:+.1%} over the engine defaults"
+    elif s.baseline_failure:
+        text += f" (the baseline has no value: {s.baseline_failure})"
     else:
         text += " (no baseline measured)"
     if s.target:

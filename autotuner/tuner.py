@@ -252,6 +252,7 @@ class Tuner:
         `trial` None: a confirmation measurement, reported to no trial."""
         handle: Handle | None = None
         command = ""
+        self._records = TrialRecords()  # per launch: a confirmation must not score the previous launch's levels
         try:
             broken = self._infeasible(params)
             if broken:

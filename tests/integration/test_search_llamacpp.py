@@ -60,3 +60,5 @@ enqueue:
     confirmation = study.user_attrs["confirmation"]
     # One more measurement of each of the top two (None: that re-launch failed, which is recorded too).
     assert len(confirmation) == 2 and all(len(v) == 1 and (v[0] is None or v[0] > 0) for v in confirmation.values())
+    measured = [v[0] for v in confirmation.values() if v[0] is not None]
+    assert len(set(measured)) == len(measured)  # each re-launch scored by its own levels, not the one before

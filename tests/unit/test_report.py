@@ -127,3 +127,13 @@ def test_kv_cache_bound_winner_gets_kv_advice():
     ]), "output_tok_per_s")
     assert s.study_limit == "kv-cache" and "98%" in s.study_limit_why
     assert any("KV cache room" in step for step in s.next_steps)
+
+
+def test_a_baseline_without_a_value_is_explained_in_the_verdict():
+    base = create_trial(state=TrialState.FAIL, params={}, distributions={},
+                        user_attrs={"baseline": True, "failure_class": "slo-violated",
+                                    "failure_reason": "ttft_ms_p99 6,100 > 5,000 at every level"})
+    s = report.summarize(study([base, complete(700.0, {"parallel": 8}, [lvl(8, 700)])]), "output_tok_per_s")
+    assert s.gain is None
+    assert ("(the baseline has no value: trial #0 FAIL slo-violated: ttft_ms_p99 6,100 > 5,000 at every level)"
+            in report.verdict(s))
