@@ -32,25 +32,35 @@ def run(
     patience: Optional[int] = typer.Option(None, "--patience", min=1,
                                            help="End the study when the best has not improved beyond noise for this many trials."),
     storage: Optional[str] = typer.Option(None, "--storage", help="Optuna storage URL (overrides the experiment)."),
+    seed: Optional[int] = typer.Option(None, "--seed", help="Sampler seed (overrides the experiment); give each "
+                                       "machine's worker on one study its own."),
     tracking_uri: Optional[str] = typer.Option(None, "--tracking-uri", envvar="MLFLOW_TRACKING_URI",
                                                help="MLflow tracking URI (default: local store under mlruns/)."),
     results: Path = typer.Option(Path("results"), "--results", help="Folder for server logs and the best config."),
     dry_run: bool = typer.Option(False, "--dry-run", help="Print the launch commands of the first --trials sampled "
                                  "configs (docker run lines for launcher docker) and the rule each infeasible one "
                                  "breaks; start nothing, write nothing."),
+    parallel: int = typer.Option(1, "--parallel", "-j", min=1,
+                                 help="Trials side by side on this node, each on its own GPUs (or CPU cores)."),
+    gpus: Optional[str] = typer.Option(None, "--gpus", help="GPU ids the trials share, e.g. 0,1,2,3 "
+                                       "(default: 0 to hardware.gpus-1)."),
+    worker: Optional[str] = typer.Option(None, "--worker", hidden=True, help="Set by --parallel for its workers."),
 ) -> None:
-    """Tune the engine of an experiment: an Optuna study, resumed when it already exists."""
+    """Tune the engine of an experiment: an Optuna study, resumed when it already exists.
+
+    Several `autotuner run`s on one --storage (other processes, other machines) share its study."""
     from rich.console import Console
 
     from autotuner.config import ConfigError, load_experiment
 
     try:
         exp = load_experiment(experiment)
-        exp = _override(exp, study={"storage": storage}, stop={"target": target, "patience": patience})
+        exp = _override(exp, study={"storage": storage, "seed": _worker_seed(exp, seed, worker)},
+                        stop={"target": target, "patience": patience})
         if dry_run:
             _dry_run(exp, trials)
             return
-        tuner = _make_tuner(exp, tracking_uri, results)
+        tuner = _make_tuner(exp, tracking_uri, results, pool=_pool(exp, parallel, gpus), worker=worker)
     except ConfigError as e:
         _fail(str(e))
         return
@@ -59,12 +69,32 @@ def run(
 
     # Piped into a log, rich would wrap the table at 80 columns; a log has room for the whole command.
     console = Console(width=None if sys.stdout.isatty() else 200)
-    try:
-        study = tuner.run(trials, timeout_s=timeout)
-    except KeyboardInterrupt:
-        typer.echo("\nInterrupted: the engine is stopped and every finished trial is saved. "
-                   "Run the same command to resume.", err=True)
-        raise typer.Exit(130) from None
+    interrupted = ("\nInterrupted: the engine is stopped and every finished trial is saved. "
+                   "Run the same command to resume.")
+    if parallel > 1 and worker is None:
+        from autotuner.workers import run_workers
+
+        options = {"--storage": storage, "--seed": seed, "--tracking-uri": tracking_uri, "--target": target, "--patience": patience,
+                   "--timeout": timeout, "--gpus": gpus, "--results": results, "--parallel": parallel}
+        given = [str(x) for k, v in options.items() if v is not None for x in (k, v)]
+        code = run_workers(lambda name, n: [sys.executable, "-m", "autotuner.cli", "run", "--experiment",
+                                            str(experiment), "--trials", str(n), "--worker", name, *given],
+                           trials, parallel, note=lambda line: typer.echo(line, err=True))
+        if code == 130:
+            typer.echo(interrupted, err=True)
+            raise typer.Exit(130)
+        if code:
+            typer.echo(f"error: a worker failed (exit code {code}); its output above says why", err=True)
+            raise typer.Exit(code)
+        study = tuner.study
+    else:
+        try:
+            study = tuner.run(trials, timeout_s=timeout)
+        except KeyboardInterrupt:
+            typer.echo(interrupted, err=True)
+            raise typer.Exit(130) from None
+        if worker is not None:  # the process that started the workers reports on the study
+            return
     summary = report.summarize(study, exp.config.objective.metric)
     command = None
     if summary.best is not None:
@@ -85,7 +115,38 @@ def _override(exp, **sections: dict):
     return exp.model_copy(update={"config": cfg})
 
 
-def _make_tuner(exp, tracking_uri: Optional[str], results: Path):
+def _worker_seed(exp, seed: Optional[int], worker: Optional[str]) -> Optional[int]:
+    """Workers with one seed would sample the same configs in the same order: each --parallel worker
+    (w1, w2, ...) gets its own, derived from the experiment's."""
+    if worker is None:
+        return seed
+    base = seed if seed is not None else exp.config.study.seed
+    return None if base is None else base + 1000 * int(worker.removeprefix("w") or 0)
+
+
+def _pool(exp, parallel: int, gpus: Optional[str]):
+    """The node's device pool: the GPUs (always, when there are any: each trial gets just what its config
+    needs), or the CPU cores when trials run side by side on a CPU-only node; None: nothing to share."""
+    from autotuner import paths
+    from autotuner.config import ConfigError
+    from autotuner.pool import Leases, Pool
+
+    ids = None
+    if gpus is not None:
+        try:
+            ids = [int(g) for g in gpus.split(",") if g.strip()]
+        except ValueError:
+            raise ConfigError(f"--gpus: '{gpus}' is not a list of GPU ids such as 0,1,2,3") from None
+        if not ids or len(set(ids)) != len(ids) or min(ids) < 0:
+            raise ConfigError(f"--gpus: '{gpus}' must list distinct GPU ids such as 0,1,2,3")
+    if ids or exp.config.hardware.gpus:
+        return Leases(Pool.of_gpus(ids or exp.config.hardware.gpus), paths.cache_dir() / "pool")
+    if parallel > 1:
+        return Leases(Pool.of_cpus(), paths.cache_dir() / "pool")
+    return None
+
+
+def _make_tuner(exp, tracking_uri: Optional[str], results: Path, pool=None, worker: Optional[str] = None):
     from autotuner import preflight
     from autotuner.config import ConfigError
     from autotuner.launchers import make_launcher
@@ -104,8 +165,11 @@ def _make_tuner(exp, tracking_uri: Optional[str], results: Path):
     if cfg.launcher == "docker":  # the engine that runs is the image's, not a host binary
         engine_version = launcher.engine_version(engine, {"autotuner.study": cfg.study_name})
     tracker = MlflowTracker(tracking_uri or cfg.tracking.uri)
+    from autotuner.progress import Progress
+
     return Tuner(exp, engine=engine, launcher=launcher, tracker=tracker, results_dir=results,
-                 binary=str(binary) if binary else None, engine_version=engine_version)
+                 binary=str(binary) if binary else None, engine_version=engine_version, pool=pool,
+                 progress=lambda total: Progress(total, cfg.objective.metric, worker=worker))
 
 
 def _dry_run(exp, trials: int) -> None:

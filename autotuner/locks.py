@@ -1,5 +1,7 @@
-"""A lock file, for the one moment two tuners on one machine must not overlap: creating a SQLite
-database (Optuna's or MLflow's), whose schema migrations race otherwise."""
+"""A lock for the moments two tuners on one study must not overlap: creating its database (schema
+migrations race otherwise) and queueing the study's first trials (else the baseline runs twice). A lock
+file beside a SQLite database; a PostgreSQL advisory lock (held by one connection) for workers on many
+machines."""
 
 from __future__ import annotations
 
@@ -25,12 +27,35 @@ def sqlite_path(url: str) -> Path | None:
     return Path(url.removeprefix("sqlite:///")) if url.startswith("sqlite:///") else None
 
 
+ADVISORY_KEY = 0x6175746F74756E  # "autotun": one lock number for all autotuner studies in a database
+
+
 @contextlib.contextmanager
 def creating(url: str) -> Iterator[None]:
-    """Hold the database's lock while it may be created; no-op for servers."""
+    """Hold the database's lock while it may be created or first written; no-op for other servers."""
     db = sqlite_path(url)
-    if db is None:
+    if db is not None:
+        with file_lock(db.with_name(db.name + ".lock")):
+            yield
+    elif url.startswith("postgresql"):
+        with _advisory_lock(url):
+            yield
+    else:
         yield
-        return
-    with file_lock(db.with_name(db.name + ".lock")):
-        yield
+
+
+@contextlib.contextmanager
+def _advisory_lock(url: str) -> Iterator[None]:
+    import sqlalchemy
+    from sqlalchemy.pool import NullPool
+
+    engine = sqlalchemy.create_engine(url, poolclass=NullPool)
+    try:
+        with engine.connect() as conn:  # the lock is the connection's: closing it releases the lock too
+            conn.execute(sqlalchemy.text("SELECT pg_advisory_lock(:key)"), {"key": ADVISORY_KEY})
+            try:
+                yield
+            finally:
+                conn.execute(sqlalchemy.text("SELECT pg_advisory_unlock(:key)"), {"key": ADVISORY_KEY})
+    finally:
+        engine.dispose()

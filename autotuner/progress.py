@@ -12,20 +12,30 @@ from rich.markup import escape
 
 
 class Progress:
-    def __init__(self, total: int | None, metric: str, console: Console | None = None):
+    def __init__(self, total: int | None, metric: str, console: Console | None = None, worker: str | None = None):
         self.total = total
+        self.worker = worker  # which of several workers on one study prints this line
         self.metric = metric
         self.console = console or Console(stderr=True, highlight=False)
         self._index = 0
         self._number = 0
         self._started = 0.0
+        self._label: str | None = None
 
     def _prefix(self) -> str:
         of = f"/{self.total}" if self.total else ""
-        return f"[bold cyan]{escape(f'[trial {self._index}{of} · #{self._number}]')}[/]"
+        who = f"{self.worker} · " if self.worker else ""
+        what = self._label or f"trial {self._index}{of} · #{self._number}"
+        return f"[bold cyan]{escape(f'[{who}{what}]')}[/]"
+
+    def confirming(self, number: int, rank: int, of: int, measurement: int, measurements: int) -> None:
+        """The phases that follow belong to a re-measurement of trial `number`, not to the last trial."""
+        self._label = f"confirm #{number}"
+        self.phase(f"confirming the #{rank} of {of}, measurement {measurement} of {measurements}")
 
     def trial_started(self, index: int, number: int, what: str) -> None:
         self._index, self._number, self._started = index, number, time.monotonic()
+        self._label = None
         self.phase(what)
 
     def phase(self, text: str) -> None:
@@ -40,4 +50,4 @@ class Progress:
         self.console.print(f"{self._prefix()} [{colour}]{state}[/] {what}{best_text} · {took:.1f} s", soft_wrap=True)
 
     def note(self, text: str) -> None:
-        self.console.print(escape(text), soft_wrap=True)
+        self.console.print(escape(f"[{self.worker}] {text}" if self.worker else text), soft_wrap=True)

@@ -23,7 +23,7 @@ import json
 import logging
 import os
 import time
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TypeVar
@@ -165,37 +165,58 @@ class MlflowTracker:
 
     # --- study ----------------------------------------------------------------------------------------
 
-    def start_study(self, study_name: str, params: Mapping[str, Any], tags: Mapping[str, str]) -> str | None:
-        """Create the study's experiment and parent run, or continue them. Closes runs a killed tuner left."""
+    def start_study(self, study_name: str, params: Mapping[str, Any], tags: Mapping[str, str],
+                    running: Collection[int] | None = None) -> str | None:
+        """Create the study's experiment and parent run, or continue them. Given the trials `running` in
+        the study, closes the other trial runs still open (a killed tuner's); live workers' runs stay."""
         self._study = (study_name, params, tags)
-        return self._safe("start study", lambda: self._start_study(study_name, params, tags))
+        live = None if running is None else set(running)
+        return self._safe("start study", lambda: self._start_study(study_name, params, tags, live))
 
-    def _start_study(self, study_name: str, params: Mapping[str, Any], tags: Mapping[str, str]) -> str:
+    def _start_study(self, study_name: str, params: Mapping[str, Any], tags: Mapping[str, str],
+                     running: set[int] | None) -> str:
         exp = self.client.get_experiment_by_name(study_name)
         if exp is None:
             location = (self._artifact_root / study_name).as_uri() if self._artifact_root else None
-            self.experiment_id = self.client.create_experiment(study_name, artifact_location=location,
-                                                               tags=EXPERIMENT_KIND)
-        else:
+            try:
+                self.experiment_id = self.client.create_experiment(study_name, artifact_location=location,
+                                                                   tags=EXPERIMENT_KIND)
+            except Exception:  # another worker created it a moment ago
+                exp = self.client.get_experiment_by_name(study_name)
+                if exp is None:
+                    raise
+        if exp is not None:
             self.experiment_id = exp.experiment_id
-        found = self.client.search_runs(
-            [self.experiment_id], filter_string=f"tags.`{ROLE_TAG}` = 'study' and tags.`{STUDY_TAG}` = '{study_name}'",
-            max_results=1, order_by=["attributes.start_time ASC"],
-        )
+        found = self._parent_runs(study_name)
         if found:
             self.parent_run_id = found[0].info.run_id
             self.client.update_run(self.parent_run_id, status="RUNNING")
-            self._close_orphans()
+            if running is not None:
+                self._close_orphans(running)
+            return self.parent_run_id
+        run = self.client.create_run(self.experiment_id, run_name=study_name,
+                                     tags={ROLE_TAG: "study", STUDY_TAG: study_name, **tags})
+        # Workers starting at once may each create one: all keep the oldest, the others delete theirs.
+        oldest = self._parent_runs(study_name)[0]
+        if oldest.info.run_id != run.info.run_id:
+            self.client.delete_run(run.info.run_id)
         else:
-            run = self.client.create_run(self.experiment_id, run_name=study_name,
-                                         tags={ROLE_TAG: "study", STUDY_TAG: study_name, **tags})
-            self.parent_run_id = run.info.run_id
-            self._log_params(self.parent_run_id, params)
+            self._log_params(run.info.run_id, params)
+        self.parent_run_id = oldest.info.run_id
         return self.parent_run_id
 
-    def _close_orphans(self) -> None:
-        """A trial run still RUNNING when a study resumes belongs to a tuner that was killed."""
+    def _parent_runs(self, study_name: str) -> list[Any]:
+        """The study's parent runs, oldest first (ties: by run id, so every worker picks the same)."""
+        runs = self.client.search_runs(
+            [self.experiment_id], filter_string=f"tags.`{ROLE_TAG}` = 'study' and tags.`{STUDY_TAG}` = '{study_name}'",
+            max_results=100)
+        return sorted(runs, key=lambda r: (r.info.start_time, r.info.run_id))
+
+    def _close_orphans(self, running: set[int]) -> None:
+        """A trial run still RUNNING whose trial is not running any more belongs to a tuner that was killed."""
         for run in self._trial_runs(status="RUNNING"):
+            if run.data.tags.get("autotuner.trial", "").isdigit() and int(run.data.tags["autotuner.trial"]) in running:
+                continue
             self.client.set_tag(run.info.run_id, "autotuner.state", "KILLED")
             self.client.set_terminated(run.info.run_id, status="KILLED")
 

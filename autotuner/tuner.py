@@ -33,6 +33,7 @@ from autotuner.config import Experiment
 from autotuner import host, locks, secrets, stopping
 from autotuner.engines._base import Engine, LaunchContext, LaunchSpec
 from autotuner.launchers._base import Handle, LaunchError, Launcher, free_port
+from autotuner.pool import Leases, PoolTooSmall
 from autotuner.objective import SloViolated, level_value, saturated, slo_violations, trial_value
 from autotuner.interrupts import StopRequests
 from autotuner.model_facts import feasibility_context
@@ -78,12 +79,14 @@ class Tuner:
 
     def __init__(self, experiment: Experiment, *, engine: Engine, launcher: Launcher, tracker: MlflowTracker,
                  results_dir: Path = Path("results"), binary: str | None = None,
-                 progress: Callable[[int | None], Progress] | None = None, engine_version: str | None = None):
+                 progress: Callable[[int | None], Progress] | None = None, engine_version: str | None = None,
+                 pool: Leases | None = None):
         self.exp = experiment
         self.cfg = experiment.config
         self.engine = engine
         self.launcher = launcher
         self.tracker = tracker
+        self.pool = pool  # the node's GPUs or cores, shared with other workers; None: the launch sees all
         self.space = SearchSpace(experiment.space)
         self.binary = binary
         self.workdir = results_dir / self.cfg.study_name
@@ -118,7 +121,8 @@ class Tuner:
             progress.note(f"removed {len(reaped)} engine(s) left by an interrupted run: {', '.join(reaped)}")
         self.tracker.warn = progress.note
         study_params = {k: self.redact.text(str(v)) for k, v in self._study_params().items()}
-        self.tracker.start_study(self.cfg.study_name, params=study_params, tags=self._common_tags())
+        self.tracker.start_study(self.cfg.study_name, params=study_params, tags=self._common_tags(),
+                                 running=self._running_trials())
         self._sync_tracking(force=True)
         with locks.creating(self.cfg.study.storage):  # two tuners starting at once queue the baseline once
             self._enqueue_first_trials()
@@ -134,6 +138,10 @@ class Tuner:
                     if deadline and time.monotonic() >= deadline:
                         progress.note(f"time budget of {timeout_s:g} s spent after {index - 1} trial(s)")
                         break
+                    if gone := recover_stale_trials(self.study):  # a worker died: its trial runs again
+                        progress.note(f"trial(s) {', '.join(f'#{n}' for n in gone)}: the worker is gone; "
+                                      "failed and queued again")
+                        self._sync_tracking(force=True)  # their MLflow runs are closed with the failure
                     self._run_trial(index, progress)
                     self.artifacts.after_trial()
                     if decision := self._stop_decision():
@@ -141,7 +149,11 @@ class Tuner:
                         self.study.set_user_attr("stop_reason", decision.message)
                         break
                 if not self._stop.requested and self.cfg.confirm.top_k:
-                    self._confirm(progress)
+                    if others := self._running_trials():
+                        progress.note(f"trial(s) {', '.join(f'#{n}' for n in others)} still run on other "
+                                      "worker(s): the last worker to finish confirms the best")
+                    else:
+                        self._confirm(progress)
             except KeyboardInterrupt:
                 self.tracker.end_study("KILLED")
                 raise
@@ -150,8 +162,13 @@ class Tuner:
         if self._stop.requested:
             self.tracker.end_study("KILLED")
             raise KeyboardInterrupt
-        self.tracker.end_study("FINISHED")
+        if not self._running_trials():  # the parent run stays open while other workers still add trials
+            self.tracker.end_study("FINISHED")
         return self.study
+
+    def _running_trials(self) -> list[int]:
+        """Trials other workers are running now (this worker runs none between its trials)."""
+        return [t.number for t in self.study.get_trials(deepcopy=False, states=(TrialState.RUNNING,))]
 
     def _stop_decision(self) -> stopping.StopDecision | None:
         finished = self.study.get_trials(deepcopy=False, states=(TrialState.COMPLETE, TrialState.FAIL, TrialState.PRUNED))
@@ -190,8 +207,7 @@ class Tuner:
             while len(values) < c.repeats:
                 if self._stop.requested:
                     return
-                progress.note(f"confirming trial #{t.number} ({rank}/{min(c.top_k, len(top))}), "
-                              f"measurement {len(values) + 2} of {c.repeats + 1}")
+                progress.confirming(t.number, rank, min(c.top_k, len(top)), len(values) + 2, c.repeats + 1)
                 timings: dict[str, float] = {}
                 label = f"confirm-{t.number:04d}-{len(values) + 1}"
                 _, result = self._launch_and_measure(None, {} if t.user_attrs.get("baseline") else dict(t.params),
@@ -251,13 +267,15 @@ class Tuner:
         """Launch, wait, measure; the engine is stopped on every way out, exceptions included.
         `trial` None: a confirmation measurement, reported to no trial."""
         handle: Handle | None = None
+        units: tuple[int, ...] = ()
         command = ""
         self._records = TrialRecords()  # per launch: a confirmation must not score the previous launch's levels
         try:
             broken = self._infeasible(params)
             if broken:
                 raise _Failed("infeasible", "; ".join(broken))
-            spec = self.launch_spec(params, free_port())
+            units = self._lease(params, label or f"trial-{trial.number:04d}", progress)
+            spec = self.launch_spec(params, free_port(), units)
             command = spec.command_line()
             self._records.spec = spec
             progress.phase("launching")
@@ -279,6 +297,8 @@ class Tuner:
                 t = time.perf_counter()
                 self.launcher.stop(handle)
                 timings["stop_s"] = time.perf_counter() - t
+            if units and self.pool is not None:
+                self.pool.release(units)
         if handle is not None:  # what identifies the launch: image, container, the docker run line
             result.launch_tags, result.launch_artifacts = dict(handle.tags), dict(handle.artifacts)
         return command, result
@@ -459,11 +479,32 @@ class Tuner:
     def _infeasible(self, params: dict[str, Any]) -> list[str]:
         return self.space.broken_constraints(params) + self.engine.infeasible(params, self.facts)
 
-    def launch_spec(self, params: dict[str, Any], port: int) -> LaunchSpec:
-        """The engine's launch of `params`, with the experiment's environment and secrets."""
+    def launch_spec(self, params: dict[str, Any], port: int, units: tuple[int, ...] = ()) -> LaunchSpec:
+        """The engine's launch of `params`, with the experiment's environment and secrets (and the pool's
+        `units`: GPU ids or CPU cores)."""
         # The launcher says how the server sees the launch (in a container: the mounted model, its own port).
         spec = self.engine.build(params, self.launcher.context(self.launch_context(port)))
-        return replace(spec, env={**spec.env, **self.cfg.env}, secret_env={**spec.secret_env, **self.secrets})
+        spec = replace(spec, env={**spec.env, **self.cfg.env}, secret_env={**spec.secret_env, **self.secrets})
+        if units and self.pool is not None:
+            spec = replace(spec, **{"gpu_ids" if self.pool.pool.kind == "gpu" else "cpu_ids": units})
+        return spec
+
+    def _lease(self, params: dict[str, Any], label: str, progress: Progress) -> tuple[int, ...]:
+        """Wait for the pool to hand this launch the GPUs (or cores) its config needs; () without a pool."""
+        if self.pool is None:
+            return ()
+        pool = self.pool.pool
+        need = (self.engine.gpus_needed(params) if pool.kind == "gpu" else self.engine.cpus_needed(params))
+        need = min(need, len(pool.units)) if pool.kind == "cpu" and need else need or len(pool.units)
+        try:
+            units = self.pool.acquire(need, f"{self.cfg.study_name}/{label}", progress.phase,
+                                      stop=lambda: bool(self._stop.requested))
+        except PoolTooSmall as e:
+            raise _Failed("infeasible", str(e)) from None
+        except InterruptedError as e:
+            raise _Failed("interrupted", str(e)) from None
+        progress.phase(f"on {pool.describe(units)}")
+        return units
 
     def launch_context(self, port: int) -> LaunchContext:
         return LaunchContext(model_path=self.exp.model_path, served_model_name=self.cfg.model.name, port=port,

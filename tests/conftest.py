@@ -139,3 +139,14 @@ def processes_with_env(value: str) -> list[int]:
             except OSError:
                 continue
     return found
+
+
+@pytest.fixture(scope="session")
+def services() -> dict[str, str]:
+    """A PostgreSQL URL and an MLflow tracking server URI (`eval "$(scripts/start-services.sh)"`)."""
+    url, uri = os.environ.get("AUTOTUNER_POSTGRES_URL"), os.environ.get("AUTOTUNER_MLFLOW_URI")
+    if not (url and uri):
+        _require("PostgreSQL and an MLflow server",
+                 'no shared study services: eval "$(scripts/start-services.sh)" sets AUTOTUNER_POSTGRES_URL '
+                 "and AUTOTUNER_MLFLOW_URI")
+    return {"storage": url, "tracking_uri": uri}

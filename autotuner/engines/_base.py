@@ -29,6 +29,10 @@ class LaunchSpec:
     log_env: dict[str, str] = field(default_factory=dict)
     # Passed to the server, never printed: command_line() shows NAME="$NAME" instead of the value.
     secret_env: dict[str, str] = field(default_factory=dict, repr=False)
+    # What the device pool leased this launch (GPU ids, CPU cores); empty: all the launcher sees. Left
+    # out of command_line(): a deployment has the node to itself.
+    gpu_ids: tuple[int, ...] = ()
+    cpu_ids: tuple[int, ...] = ()
 
     def command_line(self) -> str:
         env = [f"{k}={shlex.quote(v)}" for k, v in sorted(self.env.items())]
@@ -152,6 +156,10 @@ class Engine:
     def gpus_needed(self, params: Mapping[str, Any]) -> int:
         """GPUs one launch of this config occupies (for `docker run --gpus`)."""
         return 0
+
+    def cpus_needed(self, params: Mapping[str, Any]) -> int | None:
+        """CPU cores one launch keeps busy, when trials share a CPU-only node (None: all of them)."""
+        return None
 
     def find_binary(self) -> tuple[str | None, str]:
         """The executable a local process runs (None when it is missing) and what to do when it is."""

@@ -62,6 +62,11 @@ class LlamaCppEngine(Engine):
         return LaunchSpec(argv=argv, port=ctx.port, served_model_name=ctx.served_model_name,
                           health_path="/health", log_env={"GGML_NO_BACKTRACE": "1"})
 
+    def cpus_needed(self, params: Mapping[str, Any]) -> int | None:
+        # Generation and prompt threads are never busy at once per slot, but both run: the larger counts.
+        threads = [int(params[k]) for k in ("threads", "threads_batch") if params.get(k)]
+        return max(threads) if threads else None  # llama.cpp's default: every core
+
     def infeasible(self, params: Mapping[str, Any], context: Mapping[str, Any]) -> list[str]:
         broken = []
         # Quantized V cache needs flash attention in llama.cpp; 'auto' may settle on either.

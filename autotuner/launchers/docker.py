@@ -205,7 +205,8 @@ class DockerLauncher:
             mem_limit=self.settings.memory,
             memswap_limit=self.settings.memory,
             mounts=[Mount(str(target), str(source), type="bind", read_only=ro) for source, target, ro in self.mounts],
-            device_requests=self._device_requests(),
+            device_requests=self._device_requests(spec),
+            cpuset_cpus=",".join(map(str, spec.cpu_ids)) or None,
             init=True,
         )
         try:
@@ -334,8 +335,8 @@ class DockerLauncher:
         env.update({k: os.environ[k] for k in self.settings.pass_env if k in os.environ})
         return env
 
-    def _device_requests(self) -> list[DeviceRequest] | None:
-        gpus = self.settings.gpus
+    def _device_requests(self, spec: LaunchSpec) -> list[DeviceRequest] | None:
+        gpus = list(spec.gpu_ids) or self.settings.gpus  # the pool's lease, else what the experiment says
         if gpus is None:
             return None
         if gpus == "all":

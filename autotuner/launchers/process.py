@@ -14,6 +14,7 @@ import os
 import signal
 import subprocess
 import sys
+from collections.abc import Callable
 from pathlib import Path
 
 import httpx
@@ -36,6 +37,18 @@ def _die_with_parent() -> None:  # runs in the child between fork and exec
         ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
 
 
+def _child_setup(cpu_ids: tuple[int, ...]) -> Callable[[], None]:
+    def setup() -> None:
+        _die_with_parent()
+        if cpu_ids:  # the cores the pool leased: the server and every thread it starts stay on them
+            os.sched_setaffinity(0, cpu_ids)
+    return setup
+
+
+def _pool_env(spec: LaunchSpec) -> dict[str, str]:
+    return {"CUDA_VISIBLE_DEVICES": ",".join(map(str, spec.gpu_ids))} if spec.gpu_ids else {}
+
+
 class ProcessLauncher:
     """Starts LaunchSpecs as local processes; keeps a pidfile per server under `state_dir`."""
 
@@ -51,7 +64,8 @@ class ProcessLauncher:
         with log_path.open("ab") as log:
             proc = subprocess.Popen(
                 spec.argv, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
-                env={**os.environ, **spec.log_env, **spec.env, **spec.secret_env}, start_new_session=True, preexec_fn=_die_with_parent,
+                env={**os.environ, **spec.log_env, **spec.env, **_pool_env(spec), **spec.secret_env},
+                start_new_session=True, preexec_fn=_child_setup(spec.cpu_ids),
             )
         self.state_dir.mkdir(parents=True, exist_ok=True)
         pidfile = self.state_dir / f"{proc.pid}.json"

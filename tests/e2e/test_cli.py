@@ -70,7 +70,7 @@ def test_quickstart_sized_study_through_the_cli(tmp_path, tiny_model, llama_serv
     assert out.returncode == 0, out.stderr[-3000:]
     assert "[trial 1/3 · #0] baseline: engine defaults" in out.stderr
     assert "measuring concurrency 2 [1/2] (16 requests)" in out.stderr
-    assert "confirming trial #" in out.stderr
+    assert "[confirm #" in out.stderr and "confirming the #1 of 2, measurement 2 of 2" in out.stderr
     assert "[trial 3/3 · #2]" in out.stderr
     assert "Best trials of study 'quickstart'" in out.stdout
     # The engine's defaults depend on the host (llama-server picks its own thread count): the verdict

@@ -1,0 +1,156 @@
+"""The devices of one node, handed out to trials side by side: GPUs (a TP2 trial gets 2 of 8) or, on a
+CPU-only machine, CPU cores (each llama-server trial gets as many cores as its threads).
+
+`pack` is the pure part: which free units a trial of `need` units gets. `Leases` keeps who holds what in
+a JSON file under a lock, shared by every autotuner process on the node (the `--parallel` workers, and
+separate `autotuner run`s of other studies), so no unit is ever given twice; a lease whose holder died is
+taken back.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import time
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+from autotuner import locks
+from autotuner.launchers._base import owner_alive, this_owner
+
+POLL_S = 0.5
+
+
+@dataclass(frozen=True)
+class Pool:
+    """The units trials may use: GPU ids (kind "gpu") or CPU core ids (kind "cpu"), in their order."""
+
+    kind: str
+    units: tuple[int, ...]
+
+    @classmethod
+    def of_gpus(cls, gpus: int | Sequence[int]) -> Pool:
+        return cls("gpu", tuple(range(gpus)) if isinstance(gpus, int) else tuple(gpus))
+
+    @classmethod
+    def of_cpus(cls, cpus: Sequence[int] | None = None) -> Pool:
+        return cls("cpu", tuple(sorted(cpus if cpus is not None else os.sched_getaffinity(0))))
+
+    def describe(self, units: Sequence[int]) -> str:
+        names = "GPU" if self.kind == "gpu" else "CPU core"
+        return f"{names}{'s' if len(units) != 1 else ''} {','.join(map(str, units))}"
+
+
+def pack(units: Sequence[int], busy: set[int], need: int) -> tuple[int, ...] | None:
+    """The units (of `units`, in pool order) a trial needing `need` gets, or None when too few are free.
+
+    Neighbouring GPUs usually share the fastest links (NVLink pairs, one PCIe switch), so a trial gets an
+    aligned block when one is free (a TP2 trial: 0-1, 2-3, ...), else a contiguous run, else any units.
+    Among equal choices the one in the smallest free stretch wins (best fit), keeping big blocks whole
+    for the big trials still to come.
+    """
+    free = [u not in busy for u in units]
+    if need <= 0 or need > sum(free):
+        return None
+    if need & (need - 1) == 0:  # a power of two: aligned blocks
+        blocks = [i for i in range(0, len(units) - need + 1, need) if all(free[i:i + need])]
+        if blocks:
+            best = min(blocks, key=lambda i: (_aligned_free_size(free, i, need), i))
+            return tuple(units[best:best + need])
+    runs = [i for i in range(len(units) - need + 1) if all(free[i:i + need])]
+    if runs:
+        best = min(runs, key=lambda i: (_run_length(free, i), i))
+        return tuple(units[best:best + need])
+    return tuple([u for u, f in zip(units, free) if f][:need])
+
+
+def _aligned_free_size(free: list[bool], start: int, size: int) -> int:
+    """The largest fully free aligned block that contains the block at `start` (the buddy allocator's
+    view): the smaller, the better the fit."""
+    while True:
+        bigger = size * 2
+        begin = start - start % bigger
+        if bigger > len(free) or begin + bigger > len(free) or not all(free[begin:begin + bigger]):
+            return size
+        start, size = begin, bigger
+
+
+def _run_length(free: list[bool], start: int) -> int:
+    """Length of the maximal free run around index `start`."""
+    lo = start
+    while lo > 0 and free[lo - 1]:
+        lo -= 1
+    hi = start
+    while hi < len(free) and free[hi]:
+        hi += 1
+    return hi - lo
+
+
+class PoolTooSmall(Exception):
+    """A trial needs more units than the pool has at all: it can never run here."""
+
+
+class Leases:
+    """Who holds which units of `pool` on this node: `<dir>/<kind>.json`, read and written under its lock."""
+
+    def __init__(self, pool: Pool, directory: Path, owner: str | None = None):
+        self.pool = pool
+        self.path = directory / f"{pool.kind}.json"
+        self.owner = owner or this_owner()
+
+    @contextlib.contextmanager
+    def lease(self, need: int, label: str, waiting: Callable[[str], None] = lambda message: None,
+              stop: Callable[[], bool] = lambda: False) -> Iterator[tuple[int, ...]]:
+        """Hold `need` units for the block's duration, waiting while others hold them. `stop()` True
+        while waiting: gives up (raises InterruptedError)."""
+        units = self.acquire(need, label, waiting, stop)
+        try:
+            yield units
+        finally:
+            self.release(units)
+
+    def acquire(self, need: int, label: str, waiting: Callable[[str], None] = lambda message: None,
+                stop: Callable[[], bool] = lambda: False) -> tuple[int, ...]:
+        if need > len(self.pool.units):
+            raise PoolTooSmall(f"needs {need} {self.pool.kind.upper()} unit(s), the pool has "
+                               f"{len(self.pool.units)} ({self.pool.describe(self.pool.units)})")
+        told = False
+        while True:
+            with self._locked() as held:
+                busy = {u for lease in held for u in lease["units"]}
+                units = pack(self.pool.units, busy, need)
+                if units is not None:
+                    held.append({"units": list(units), "owner": self.owner, "label": label, "since": time.time()})
+                    return units
+            if not told:
+                free = len(set(self.pool.units) - busy)
+                waiting(f"waiting for {need} {self.pool.kind.upper()} unit(s): {free} of "
+                        f"{len(self.pool.units)} free")
+                told = True
+            if stop():
+                raise InterruptedError("stopped while waiting for the device pool")
+            time.sleep(POLL_S)
+
+    def release(self, units: Sequence[int]) -> None:
+        with self._locked() as held:
+            held[:] = [lease for lease in held if not (lease["owner"] == self.owner and lease["units"] == list(units))]
+
+    def held(self) -> list[dict]:
+        with self._locked() as held:
+            return [dict(lease) for lease in held]
+
+    @contextlib.contextmanager
+    def _locked(self) -> Iterator[list[dict]]:
+        """The live leases, to read and change; written back on exit. A dead holder's lease is dropped."""
+        with locks.file_lock(self.path.with_name(self.path.name + ".lock")):
+            try:
+                data = json.loads(self.path.read_text())
+            except (FileNotFoundError, json.JSONDecodeError):
+                data = {}
+            held = [lease for lease in data.get("leases", []) if owner_alive(lease.get("owner"))]
+            yield held
+            tmp = self.path.with_name(self.path.name + ".tmp")
+            tmp.write_text(json.dumps({"leases": held}, indent=1))
+            tmp.replace(self.path)

@@ -1,0 +1,50 @@
+"""`autotuner run --parallel N`: N worker processes on one study, side by side on this node.
+
+Each worker is the same `autotuner run` with `--worker wK` and its share of the trials; the study's storage
+coordinates them (Optuna hands each trial to one worker, the sampler sees the running ones) and the device
+pool gives each trial its own GPUs or cores. Workers run in their own sessions, so a Ctrl-C reaches them
+through this process, once per press: the first lets every worker finish its measurement, the second stops
+them at once. They get SIGTERM when this process dies.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import signal
+import subprocess
+import sys
+from collections.abc import Callable, Sequence
+
+
+def split(trials: int, workers: int) -> list[int]:
+    """Trials per worker: as even as it gets, the first workers take the remainder."""
+    return [trials // workers + (i < trials % workers) for i in range(workers)]
+
+
+def _term_with_parent() -> None:  # in the worker, between fork and exec
+    if sys.platform.startswith("linux"):
+        ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
+
+
+def run_workers(argv: Callable[[str, int], Sequence[str]], trials: int, workers: int,
+                note: Callable[[str], None]) -> int:
+    """Run the workers to the end; their exit code (130 when interrupted, else the worst)."""
+    shares = [(f"w{i + 1}", n) for i, n in enumerate(split(trials, workers)) if n]
+    note(f"{len(shares)} workers on one study: " + ", ".join(f"{name} runs {n} trial(s)" for name, n in shares))
+    procs = [subprocess.Popen(list(argv(name, n)), start_new_session=True, preexec_fn=_term_with_parent)
+             for name, n in shares]
+
+    def forward(signum: int, _frame: object) -> None:
+        for p in procs:
+            if p.poll() is None:
+                p.send_signal(signum)
+
+    previous = {s: signal.signal(s, forward) for s in (signal.SIGINT, signal.SIGTERM)}
+    try:
+        codes = [p.wait() for p in procs]
+    finally:
+        for s, handler in previous.items():
+            signal.signal(s, handler)
+    if 130 in codes:
+        return 130
+    return max(codes)

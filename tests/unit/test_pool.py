@@ -1,0 +1,107 @@
+"""The device pool: how trials of different sizes are packed onto a node's GPUs (or CPU cores), and the
+lease file that keeps processes on one node from ever being handed the same unit."""
+
+from __future__ import annotations
+
+import json
+import random
+import subprocess
+import sys
+
+import pytest
+
+from autotuner.pool import Leases, Pool, PoolTooSmall, pack
+
+EIGHT = tuple(range(8))
+
+
+def test_a_tp2_trial_gets_an_aligned_pair_and_a_tp4_trial_an_aligned_quad():
+    assert pack(EIGHT, set(), 2) == (0, 1)
+    assert pack(EIGHT, {0}, 2) == (2, 3)  # not 1-2: that would split two pairs
+    assert pack(EIGHT, {0, 1}, 4) == (4, 5, 6, 7)
+    assert pack(EIGHT, {0, 5}, 4) == (1, 2, 3, 4)  # no aligned quad free: a contiguous run
+
+
+def test_best_fit_keeps_big_blocks_whole():
+    # GPU 2 busy: a TP1 trial takes 3 (beside the busy one), not 0, so 0-1 stays a pair and 4-7 a quad.
+    assert pack(EIGHT, {2}, 1) == (3,)
+    # 0-1 busy, 4-7 free: a TP2 trial takes 2-3 and leaves the quad for a TP4 trial.
+    assert pack(EIGHT, {0, 1}, 2) == (2, 3)
+
+
+def test_odd_sizes_take_a_contiguous_run_in_the_smallest_free_stretch():
+    assert pack(EIGHT, set(), 3) == (0, 1, 2)
+    assert pack(EIGHT, {3}, 3) == (0, 1, 2)  # 0-2 is a run of exactly 3; 4-7 stays whole
+    assert pack(EIGHT, {0, 1, 2, 3, 4}, 3) == (5, 6, 7)
+
+
+def test_fragmented_free_units_are_still_used_rather_than_wait_forever():
+    assert pack(EIGHT, {1, 3, 5, 7}, 3) == (0, 2, 4)
+
+
+def test_never_over_commits():
+    assert pack(EIGHT, set(EIGHT) - {6}, 2) is None
+    assert pack((0, 1), set(), 3) is None
+
+
+def test_random_arrivals_and_departures_never_share_a_unit():
+    rng = random.Random(7)
+    held: list[tuple[int, ...]] = []
+    for _ in range(2000):
+        if held and rng.random() < 0.45:
+            held.pop(rng.randrange(len(held)))
+            continue
+        need = rng.choice([1, 1, 2, 2, 4, 8, 3])
+        busy = {u for units in held for u in units}
+        got = pack(EIGHT, busy, need)
+        if got is None:
+            assert need > 8 - len(busy)  # refused only when too few units are free
+            continue
+        assert len(got) == need and not busy & set(got) and set(got) <= set(EIGHT)
+        held.append(got)
+
+
+def test_a_pool_of_non_contiguous_ids_is_packed_in_its_own_order():
+    assert pack((2, 3, 6, 7), set(), 2) == (2, 3)
+    assert pack((2, 3, 6, 7), {2}, 2) == (6, 7)
+
+
+def test_leases_are_shared_through_the_file_and_released(tmp_path):
+    pool = Pool.of_gpus(4)
+    a, b = Leases(pool, tmp_path), Leases(pool, tmp_path)
+    first = a.acquire(2, "study/trial-0001")
+    second = b.acquire(2, "study/trial-0002")
+    assert set(first).isdisjoint(second)
+    waited = []
+    with pytest.raises(InterruptedError):
+        a.acquire(1, "study/trial-0003", waiting=waited.append, stop=lambda: True)
+    assert waited == ["waiting for 1 GPU unit(s): 0 of 4 free"]
+    b.release(second)
+    with a.lease(2, "study/trial-0003") as units:
+        assert units == second
+        assert len(a.held()) == 2
+    assert [lease["label"] for lease in a.held()] == ["study/trial-0001"]
+
+
+def test_a_dead_holders_lease_is_taken_back(tmp_path):
+    pool = Pool.of_cpus([0, 1])
+    dead = subprocess.run([sys.executable, "-c", "from autotuner.launchers._base import this_owner; "
+                           "print(this_owner())"], capture_output=True, text=True, check=True).stdout.strip()
+    (tmp_path / "cpu.json").write_text(json.dumps({"leases": [{"units": [0, 1], "owner": dead, "label": "x"}]}))
+    assert Leases(pool, tmp_path).acquire(2, "mine") == (0, 1)
+
+
+def test_a_trial_bigger_than_the_pool_is_refused_at_once(tmp_path):
+    with pytest.raises(PoolTooSmall, match=r"needs 4 GPU unit\(s\), the pool has 2 \(GPUs 0,1\)"):
+        Leases(Pool.of_gpus(2), tmp_path).acquire(4, "x")
+
+
+def test_every_packing_of_a_small_node_is_disjoint_and_complete():
+    for busy_bits in range(16):
+        busy = {u for u in range(4) if busy_bits >> u & 1}
+        for need in range(1, 5):
+            got = pack((0, 1, 2, 3), busy, need)
+            if need <= 4 - len(busy):
+                assert got is not None and len(got) == need and not busy & set(got)
+            else:
+                assert got is None
