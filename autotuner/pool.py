@@ -38,6 +38,13 @@ class Pool:
     def of_cpus(cls, cpus: Sequence[int] | None = None) -> Pool:
         return cls("cpu", tuple(sorted(cpus if cpus is not None else os.sched_getaffinity(0))))
 
+    def need(self, gpus: int, cpus: int | None) -> int:
+        """Units a launch takes: its GPUs (TP x PP x DP; 0: the engine uses every GPU it sees), or its
+        cores on a CPU pool (None: every core; more threads than cores share the whole pool)."""
+        if self.kind == "gpu":
+            return gpus or len(self.units)
+        return min(cpus, len(self.units)) if cpus else len(self.units)
+
     def describe(self, units: Sequence[int]) -> str:
         names = "GPU" if self.kind == "gpu" else "CPU core"
         return f"{names}{'s' if len(units) != 1 else ''} {','.join(map(str, units))}"

@@ -494,8 +494,7 @@ class Tuner:
         if self.pool is None:
             return ()
         pool = self.pool.pool
-        need = (self.engine.gpus_needed(params) if pool.kind == "gpu" else self.engine.cpus_needed(params))
-        need = min(need, len(pool.units)) if pool.kind == "cpu" and need else need or len(pool.units)
+        need = pool.need(self.engine.gpus_needed(params), self.engine.cpus_needed(params))
         try:
             units = self.pool.acquire(need, f"{self.cfg.study_name}/{label}", progress.phase,
                                       stop=lambda: bool(self._stop.requested))

@@ -37,6 +37,7 @@ class Flavour:
     waiting_line: str
     gone: Callable[[Handle], bool]  # nothing of the server is left
     ident: Callable[[Handle], str]  # what `reap` returns for it
+    cores: Callable[[Handle], str]  # the CPU cores the server may run on, as a list such as "0" or "0-3"
 
 
 def python_spec(code: str, port: int, health: str = "/") -> LaunchSpec:
@@ -70,7 +71,13 @@ def process_flavour() -> Flavour:
         waiting_line="loading forever",
         gone=lambda h: not alive(h.pid),
         ident=lambda h: str(h.pid),
+        cores=lambda h: _status(h.pid, "Cpus_allowed_list"),
     )
+
+
+def _status(pid: int, field: str) -> str:
+    line = next(x for x in Path(f"/proc/{pid}/status").read_text().splitlines() if x.startswith(field + ":"))
+    return line.split(":", 1)[1].strip()
 
 
 def docker_flavour(request: pytest.FixtureRequest) -> Flavour:
@@ -108,6 +115,7 @@ def docker_flavour(request: pytest.FixtureRequest) -> Flavour:
         waiting_line="loading model",
         gone=gone,
         ident=lambda h: h.container_id[:12],
+        cores=lambda h: client.containers.get(h.container_id).attrs["HostConfig"]["CpusetCpus"],
     )
 
 
@@ -128,6 +136,27 @@ def wait_for(condition: Callable[[], bool], timeout_s: float = 5.0) -> bool:
             return False
         time.sleep(0.05)
     return True
+
+
+def test_the_pools_lease_confines_the_server(flavour, launcher, tmp_path):
+    core = min(os.sched_getaffinity(0))
+    handle = launcher.start(replace(flavour.serving(launcher), cpu_ids=(core,)), tmp_path / "server.log", LABELS)
+    try:
+        launcher.wait_ready(handle, 60)
+        assert flavour.cores(handle) == str(core)
+    finally:
+        launcher.stop(handle)
+
+
+def test_a_process_sees_only_the_gpus_the_pool_leased(tmp_path):
+    launcher = ProcessLauncher(tmp_path / "state")
+    handle = launcher.start(replace(http_server(free_port()), gpu_ids=(2, 3)), tmp_path / "server.log", LABELS)
+    try:
+        environ = Path(f"/proc/{handle.pid}/environ").read_bytes().split(b"\0")
+        assert b"CUDA_VISIBLE_DEVICES=2,3" in environ
+        assert "CUDA_VISIBLE_DEVICES" not in handle.spec.command_line()  # a deployment has the node to itself
+    finally:
+        launcher.stop(handle)
 
 
 def test_start_ready_logs_stop_twice(flavour, launcher, tmp_path):

@@ -105,3 +105,18 @@ def test_every_packing_of_a_small_node_is_disjoint_and_complete():
                 assert got is not None and len(got) == need and not busy & set(got)
             else:
                 assert got is None
+
+
+def test_what_a_config_takes_from_the_pool():
+    from autotuner.engines._base import get_engine
+
+    vllm, llamacpp = get_engine("vllm"), get_engine("llamacpp")
+    gpus = Pool.of_gpus(8)
+    assert gpus.need(vllm.gpus_needed({"tensor_parallel_size": 2, "pipeline_parallel_size": 2}), None) == 4
+    assert gpus.need(vllm.gpus_needed({"parallel_layout": "TP2xDP2"}), None) == 4
+    assert gpus.need(vllm.gpus_needed({}), None) == 1
+    assert gpus.need(llamacpp.gpus_needed({}), None) == 8  # llama.cpp splits the model over every GPU it sees
+    cores = Pool.of_cpus(range(16))
+    assert cores.need(0, llamacpp.cpus_needed({"threads": 4, "threads_batch": 6})) == 6
+    assert cores.need(0, llamacpp.cpus_needed({})) == 16  # llama.cpp's default: every core
+    assert cores.need(0, llamacpp.cpus_needed({"threads": 64})) == 16
