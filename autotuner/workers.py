@@ -31,16 +31,17 @@ def run_workers(argv: Callable[[str, int], Sequence[str]], trials: int, workers:
     """Run the workers to the end; their exit code (130 when interrupted, else the worst)."""
     shares = [(f"w{i + 1}", n) for i, n in enumerate(split(trials, workers)) if n]
     note(f"{len(shares)} workers on one study: " + ", ".join(f"{name} runs {n} trial(s)" for name, n in shares))
-    procs = [subprocess.Popen(list(argv(name, n)), start_new_session=True, preexec_fn=_term_with_parent)
-             for name, n in shares]
+    procs: list[subprocess.Popen] = []
 
     def forward(signum: int, _frame: object) -> None:
         for p in procs:
             if p.poll() is None:
                 p.send_signal(signum)
 
-    previous = {s: signal.signal(s, forward) for s in (signal.SIGINT, signal.SIGTERM)}
+    previous = {s: signal.signal(s, forward) for s in (signal.SIGINT, signal.SIGTERM)}  # before any worker runs
     try:
+        for name, n in shares:
+            procs.append(subprocess.Popen(list(argv(name, n)), start_new_session=True, preexec_fn=_term_with_parent))
         codes = [p.wait() for p in procs]
     finally:
         for s, handler in previous.items():

@@ -1,0 +1,39 @@
+"""`--parallel`: how trials are shared among the workers, and that a signal to the parent reaches them."""
+
+from __future__ import annotations
+
+import os
+import signal
+import sys
+import threading
+import time
+
+from autotuner.workers import run_workers, split
+
+
+def test_trials_are_split_as_evenly_as_they_go():
+    assert split(9, 3) == [3, 3, 3]
+    assert split(10, 3) == [4, 3, 3]
+    assert split(2, 3) == [1, 1, 0]  # a worker with nothing to do is not started
+
+
+def test_a_sigterm_to_the_parent_reaches_every_worker_and_their_codes_come_back(tmp_path):
+    # Each worker exits 130 on SIGTERM (as the tuner does after stopping its engine).
+    code = ("import signal, sys, time, pathlib; "
+            "signal.signal(signal.SIGTERM, lambda *a: sys.exit(130)); "
+            f"pathlib.Path({str(tmp_path)!r}, sys.argv[1]).touch(); time.sleep(60)")
+    notes: list[str] = []
+
+    def stop_once_both_run() -> None:
+        deadline = time.monotonic() + 60
+        while len(list(tmp_path.iterdir())) < 2 and time.monotonic() < deadline:
+            time.sleep(0.05)
+        os.kill(os.getpid(), signal.SIGTERM)
+
+    threading.Thread(target=stop_once_both_run, daemon=True).start()
+    t = time.monotonic()
+    result = run_workers(lambda name, n: [sys.executable, "-c", code, name], 5, 2, notes.append)
+    assert result == 130 and time.monotonic() - t < 60
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["w1", "w2"]
+    assert notes == ["2 workers on one study: w1 runs 3 trial(s), w2 runs 2 trial(s)"]
+    assert signal.getsignal(signal.SIGTERM) is not None  # the parent's own handler is back
