@@ -29,7 +29,7 @@ engine: llamacpp
 model: {{path: {small_model}}}
 search_space: s.yaml
 workload: {{num_prompts: 12, input_len: 8, output_len: 12, warmup_requests: 2}}
-load: {{max_concurrency: [2, 4, 8], saturation_gain: 0.0}}
+load: {{max_concurrency: [2, 4, 8], stop_at_saturation: false}}  # every level, however busy the machine
 objective: {{slo: {{ttft_ms_p99: 60000}}}}
 study: {{storage: "sqlite:///{tmp_path}/study.db", pruner: median, seed: 3}}
 stop: {{patience: 4, min_improvement: 0.5}}
