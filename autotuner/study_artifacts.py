@@ -88,6 +88,13 @@ def winner_text(fmt: str, engine: Engine, exp: Experiment, row: report.TrialRow,
                          summary={"trial": row.number, exp.config.objective.metric: row.value})
 
 
+def front_commands(summary: report.StudySummary, engine: Engine, exp: Experiment, binary: str | None,
+                   version: str) -> None:
+    """Several objectives: give each member of the Pareto front its command, ready to run."""
+    for row in summary.front:
+        row.command = winner_text("args", engine, exp, row, binary, version).strip()
+
+
 class StudyArtifacts:
     def __init__(self, study: optuna.Study, exp: Experiment, engine: Engine, tracker: MlflowTracker,
                  folder: Path, *, binary: str | None, engine_version: str, environment: dict[str, Any],
@@ -146,6 +153,7 @@ class StudyArtifacts:
                                   {"plot_s": self.plot_seconds[-1]})
         summary = self.summary(importances=final)
         summary.plots = [str(p) for p in result.files if p.suffix in (".html", ".png") and p.name != "study.html"]
+        front_commands(summary, self.engine, self.exp, self.binary, self.version)
         files: dict[str, str] = {}
         command = None
         if summary.best is not None:
