@@ -332,8 +332,10 @@ def config_text(row: TrialRow, engine: Engine | None) -> str:
 def verdict(s: StudySummary) -> str:
     if s.best is None:
         return "No trial completed: nothing to recommend yet."
+    if len(s.front) == 1:
+        return f"Pareto front: one configuration, trial #{s.best.number}, is the best at once in {_objectives(s)}."
     if s.front:
-        return (f"Pareto front: {len(s.front)} configuration(s) trade {_objectives(s)}; none is better in every "
+        return (f"Pareto front: {len(s.front)} configurations trade {_objectives(s)}; none is better in every "
                 f"metric than another. Best {s.metric}: trial #{s.best.number} at {s.best.median:,.1f}.")
     b = s.best
     text = f"Best: trial #{b.number} at {b.median:,.1f} {s.metric}"
@@ -515,7 +517,7 @@ def render(summary: StudySummary, engine: Engine, command: str | None, console: 
 
 def _render_front(summary: StudySummary, engine: Engine, console: Console) -> None:
     header, rows = front_lines(summary, engine)
-    table = Table(title=f"Pareto front of study '{summary.study_name}' ({_objectives(summary)})")
+    table = Table(title=f"Pareto front of study '{summary.study_name}'")
     for name in header:
         table.add_column(name, justify="left" if name == "config" else "right", overflow="fold")
     for row in rows:

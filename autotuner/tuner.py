@@ -394,7 +394,8 @@ class Tuner:
                 raise _Failed("client-errors", f"{metrics['error_rate']:.0%} of requests failed at "
                               f"{level_text(level)}: {sample}", self.launcher.logs(handle, LOG_TAIL_LINES))
             following = plan.next_level(self._records.level_metrics)
-            if trial is not None and meets(metrics, objective):
+            # Optuna takes intermediate values (and prunes) in single-objective studies only.
+            if trial is not None and not objective.multi and meets(metrics, objective):
                 trial.report(level_value(metrics, objective), step)
                 if trial.should_prune():
                     return TrialResult("PRUNED", levels=results, reason=f"pruned after {level_text(level)}",
