@@ -74,3 +74,10 @@ def test_a_command_line_target_on_two_objectives_is_refused(tmp_path):
     overridden = cfg.model_copy(update={"stop": cfg.stop.model_copy(update={"target": 5.0})})  # as cli._override
     with pytest.raises(ConfigError, match="field 'stop.target': a target is one value"):
         recheck(overridden)
+
+
+def test_the_shipped_pareto_experiment_loads():
+    from tests.unit.test_config import REPO
+
+    cfg = load_experiment(REPO / "experiments" / "pareto.yaml").config
+    assert cfg.load.search.kind == "max_concurrency" and cfg.objective.multi and cfg.study.pruner == "none"
