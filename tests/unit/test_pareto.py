@@ -160,3 +160,13 @@ def test_a_single_objective_report_has_no_front():
     s.add_trial(create_trial(value=1.0, user_attrs={"levels": [lvl(8, 1.0, 10.0)]}))
     summary = report.summarize(s, "output_tok_per_s")
     assert summary.front == [] and "Pareto" not in report.to_markdown(summary)
+
+
+def test_a_two_objective_study_gets_the_pareto_plot_and_the_others_of_its_first_metric(tmp_path):
+    from autotuner.plots import write_plots
+
+    study = front_study()
+    study.add_trial(trial([420.0, 700.0], 8))
+    result = write_plots(study, tmp_path, png=False)
+    names = {p.stem for p in result.files}
+    assert {"pareto_front", "slice", "parallel_coordinate", "param_importances"} <= names, result.skipped
