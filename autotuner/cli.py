@@ -99,6 +99,8 @@ def run(
     command = None
     if summary.best is not None:
         command = tuner.redact.text(tuner.launch_spec(summary.best.params, report.EXPORT_PORT).command_line())
+    for row in summary.front:  # several objectives: every member of the Pareto front, ready to run
+        row.command = tuner.redact.text(tuner.launch_spec(row.params, report.EXPORT_PORT).command_line()) or ""
     report.render(summary, tuner.engine, command, console)
     path = report.write_best(summary, command, tuner.workdir)
     if path:
@@ -276,7 +278,7 @@ def report(
         _fail(f"--format: expected text, markdown or json (got {fmt!r})")
     from autotuner import report as rep
     from autotuner.engines._base import EngineError, get_engine
-    from autotuner.study_artifacts import bounds, winner_text
+    from autotuner.study_artifacts import bounds, front_commands, winner_text
     from autotuner.study_artifacts import target as exp_target
 
     optuna_study, exp = _study_for_reading(experiment, storage, study)
@@ -297,6 +299,7 @@ def report(
     if summary.best is not None and engine is not None:
         command = winner_text("args", engine, exp, summary.best, _binary(exp.config.engine),
                               _version(optuna_study, summary.best.number)).strip()
+        front_commands(summary, engine, exp, _binary(exp.config.engine), _version(optuna_study, summary.best.number))
     if fmt == "json":
         typer.echo(json.dumps(rep.to_json(summary, command), indent=2))
     elif fmt == "markdown":

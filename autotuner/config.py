@@ -118,36 +118,132 @@ class WorkloadConfig(_Strict):
     seed: int = 0
 
 
+class LoadSearchConfig(_Strict):
+    """Bisection for the highest load that still meets the SLO, within one launch (see load_search.py)."""
+
+    max_concurrency: list[Annotated[int, Field(gt=0)]] | None = Field(
+        None, min_length=2, max_length=2, description="[low, high]: the concurrency range to search.")
+    request_rate: list[Annotated[float, Field(gt=0)]] | None = Field(
+        None, min_length=2, max_length=2, description="[low, high]: the request-rate range (req/s) to search.")
+    steps: int = Field(6, ge=2, description="Most load levels measured per trial (probes of the search).")
+    tolerance: float = Field(
+        0.1, gt=0, description="Request rate: stop once the passing and failing rates are this close "
+                               "(relative). Concurrency stops when no integer lies between them.")
+
+    @model_validator(mode="after")
+    def _range(self) -> LoadSearchConfig:
+        if (self.max_concurrency is None) == (self.request_rate is None):
+            raise ValueError("give exactly one of max_concurrency or request_rate, as [low, high]")
+        low, high = self.max_concurrency or self.request_rate or [0, 0]
+        if not low < high:
+            raise ValueError(f"low ({low:g}) must be below high ({high:g})")
+        return self
+
+    @property
+    def kind(self) -> str:
+        return "max_concurrency" if self.max_concurrency else "request_rate"
+
+
 class LoadConfig(_Strict):
-    """Load levels applied within one launch, lowest first."""
+    """Load levels applied within one launch: a list, lowest first, or a search for the highest load
+    that meets the SLO."""
 
     max_concurrency: list[int] | None = Field(None, min_length=1)
     request_rate: list[float] | None = Field(None, min_length=1)
-    stop_at_saturation: bool = Field(True, description="End the sweep when more load stops raising throughput.")
+    search: LoadSearchConfig | None = Field(
+        None, description="Bisect for the highest load meeting objective.slo (instead of a list of levels).")
+    stop_at_saturation: bool = Field(True, description="End the sweep when more load stops raising throughput "
+                                                       "(levels given as a list).")
     saturation_gain: float = Field(0.05, ge=0, description="Relative throughput gain a higher level must show.")
 
     @model_validator(mode="after")
     def _one_kind(self) -> LoadConfig:
-        if (self.max_concurrency is None) == (self.request_rate is None):
-            raise ValueError("give exactly one of max_concurrency or request_rate")
+        given = [k for k in ("max_concurrency", "request_rate", "search") if getattr(self, k) is not None]
+        if len(given) != 1:
+            raise ValueError("give exactly one of max_concurrency, request_rate or search")
         for v in self.max_concurrency or self.request_rate or []:
             if v <= 0:
                 raise ValueError(f"load levels must be positive (got {v})")
         return self
 
     def levels(self) -> list[dict[str, Any]]:
+        """The listed levels; for a search, its two ends (what the first probes measure)."""
+        if self.search:
+            return [{self.search.kind: v} for v in self.search.max_concurrency or self.search.request_rate or []]
         if self.max_concurrency:
             return [{"max_concurrency": c} for c in self.max_concurrency]
         return [{"request_rate": r} for r in self.request_rate or []]
 
+    @property
+    def max_steps(self) -> int:
+        """The most levels one trial measures (Hyperband's resource)."""
+        return self.search.steps if self.search else len(self.levels())
+
+    def describe(self) -> str:
+        if self.search:
+            low, high = self.levels()
+            name = self.search.kind.replace("max_", "").replace("_", " ")
+            return (f"search for the highest {name} meeting the SLO in [{low[self.search.kind]:g}, "
+                    f"{high[self.search.kind]:g}], at most {self.search.steps} levels")
+        return ", ".join(f"{k.replace('max_', '').replace('_', ' ')} {v:g}" for lv in self.levels() for k, v in lv.items())
+
 
 class ObjectiveConfig(_Strict):
+    """One metric (`metric`, `direction`) or several at once (`metrics`, `directions`: the answer is the
+    Pareto front). With several, `metric` and `direction` are the first of them: that metric picks the
+    level each trial is scored by, and every metric is read at that level."""
+
     metric: str = Field("output_tok_per_s", description="LevelResult metric to optimize (best level).")
     direction: Literal["maximize", "minimize"] = "maximize"
+    metrics: list[str] | None = Field(
+        None, min_length=2, description="Metrics optimized together (multi-objective; the first picks the level).")
+    directions: list[Literal["maximize", "minimize"]] | None = Field(None, description="One per metric.")
     max_error_rate: float = Field(0.05, ge=0, le=1, description="A level with more failed requests fails the trial.")
     slo: dict[str, float] = Field(
         default_factory=dict,
         description="Upper limits on level metrics (e.g. ttft_ms_p99: 2000); only levels that meet all count.")
+
+    @model_validator(mode="before")
+    @classmethod
+    def _primary(cls, data: Any) -> Any:
+        # metric/direction mirror the first of metrics/directions, so single-objective readers keep working.
+        if not isinstance(data, dict) or not isinstance(data.get("metrics"), list) or not data["metrics"]:
+            return data
+        firsts = {"metric": data["metrics"][0]}
+        if isinstance(data.get("directions"), list) and data["directions"]:
+            firsts["direction"] = data["directions"][0]
+        for key, first in firsts.items():
+            if key in data and data[key] != first:
+                raise ValueError(f"give {key} or {key}s, not both ({key} is the first of {key}s)")
+        return {**data, **firsts}
+
+    @model_validator(mode="after")
+    def _pairs(self) -> ObjectiveConfig:
+        if self.metrics is None:
+            if self.directions is not None:
+                raise ValueError("directions needs metrics (one direction per metric)")
+        elif self.directions is None or len(self.directions) != len(self.metrics):
+            raise ValueError(f"give one direction per metric in directions ({len(self.metrics)} metrics)")
+        elif len(set(self.metrics)) != len(self.metrics):
+            raise ValueError("metrics must not repeat")
+        return self
+
+    @property
+    def multi(self) -> bool:
+        """Several objectives: the study's answer is a Pareto front, not one best trial."""
+        return self.metrics is not None
+
+    @property
+    def names(self) -> list[str]:
+        return list(self.metrics or [self.metric])
+
+    @property
+    def all_directions(self) -> list[str]:
+        return list(self.directions or [self.direction])
+
+    def describe(self) -> str:
+        """E.g. 'maximize output_tok_per_s, minimize ttft_ms_p99'."""
+        return ", ".join(f"{d} {m}" for d, m in zip(self.all_directions, self.names))
 
     @field_validator("slo")
     @classmethod
@@ -254,9 +350,43 @@ class ExperimentConfig(_Strict):
         default_factory=list, description="Configs to try first (after the baseline), by param name."
     )
 
+    @model_validator(mode="after")
+    def _consistent(self) -> ExperimentConfig:
+        cross_check(self)
+        return self
+
     @property
     def study_name(self) -> str:
         return self.study.name or self.name
+
+
+class FieldError(ValueError):
+    """A rule between sections, reported at the field that breaks it (not at the top level)."""
+
+    def __init__(self, field: str, message: str):
+        super().__init__(message)
+        self.field = field
+
+
+def cross_check(cfg: ExperimentConfig) -> None:
+    """Rules between sections. Raises FieldError; run on load and again after command-line overrides."""
+    if cfg.load.search and not cfg.objective.slo:
+        raise FieldError("load.search", "the highest load that meets the SLO needs an SLO: set objective.slo "
+                                        "(e.g. {ttft_ms_p99: 2000})")
+    if cfg.objective.multi and cfg.study.pruner != "none":
+        raise FieldError("study.pruner", f"Optuna's pruners do not support multi-objective studies "
+                                         f"(objective.metrics): use none (got '{cfg.study.pruner}')")
+    if cfg.objective.multi and cfg.stop.target is not None:
+        raise FieldError("stop.target", "a target is one value: with objective.metrics stop by --trials, "
+                                        "--timeout or stop.patience (the front's hypervolume)")
+
+
+def recheck(cfg: ExperimentConfig) -> None:
+    """`cross_check` as a ConfigError, for a config changed after loading (model_copy does not validate)."""
+    try:
+        cross_check(cfg)
+    except FieldError as e:
+        raise ConfigError(f"field '{e.field}': {e}") from None
 
 
 class Experiment(_Strict):
@@ -297,6 +427,9 @@ def _one_line(path: Path, err: ValidationError, model: type[BaseModel]) -> Confi
     tags = {"int", "float", "categorical", "bool"}
     loc = [str(p) for p in first["loc"] if not (isinstance(p, str) and p in tags)]
     field = ".".join(loc) or "(top level)"
+    cause = (first.get("ctx") or {}).get("error")
+    if isinstance(cause, FieldError):
+        field = cause.field
     msg = first["msg"].removeprefix("Value error, ")
     if first["type"] == "extra_forbidden":
         msg = "unknown field"

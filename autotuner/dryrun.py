@@ -54,7 +54,7 @@ def dry_run(exp: Experiment, engine: Engine, n: int, echo: Callable[[str], None]
     else:
         echo(f"# no config.json at {exp.model_path}: rules on heads, layers and experts are not checked")
     optuna.logging.set_verbosity(optuna.logging.WARNING)
-    study = optuna.create_study(direction=cfg.objective.direction,
+    study = optuna.create_study(directions=cfg.objective.all_directions,
                                 sampler=make_sampler(cfg.study.sampler, cfg.study.seed))
     if cfg.study.baseline:
         study.enqueue_trial({}, user_attrs={"baseline": True})

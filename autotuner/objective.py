@@ -29,15 +29,49 @@ def slo_violations(metrics: Mapping[str, float], slo: Mapping[str, float]) -> li
             if name in metrics and not metrics[name] <= limit]  # NaN (nothing measured) breaks it too
 
 
-def trial_value(levels: Sequence[Mapping[str, float]], objective: ObjectiveConfig) -> float:
-    """The best value among the levels that meet the SLO (all levels when there is none)."""
+def violations(metrics: Mapping[str, float], objective: ObjectiveConfig) -> list[str]:
+    """Why this level does not count: the SLO limits it breaks and too many failed requests."""
+    broken = slo_violations(metrics, objective.slo)
+    rate = metrics.get("error_rate")
+    if rate is not None and rate > objective.max_error_rate:
+        broken.append(f"error_rate {rate:.1%} > {objective.max_error_rate:.0%}")
+    return broken
+
+
+def meets(metrics: Mapping[str, float], objective: ObjectiveConfig) -> bool:
+    return not violations(metrics, objective)
+
+
+def best_level(levels: Sequence[Mapping[str, float]], objective: ObjectiveConfig) -> Mapping[str, float]:
+    """The level a trial is scored by: the best on the (first) metric among the levels that count."""
     if not levels:
         raise ValueError("a trial without measured levels has no value")
-    valid = [m for m in levels if not slo_violations(m, objective.slo)]
+    valid = [m for m in levels if meets(m, objective)]
     if not valid:
-        raise SloViolated("no load level met the SLO: " + "; ".join(slo_violations(levels[0], objective.slo)))
-    values = [level_value(m, objective) for m in valid]
-    return max(values) if objective.direction == "maximize" else min(values)
+        raise SloViolated("no load level met the SLO: " + "; ".join(violations(levels[0], objective)))
+    pick = max if objective.direction == "maximize" else min
+    return pick(valid, key=lambda m: level_value(m, objective))
+
+
+def trial_value(levels: Sequence[Mapping[str, float]], objective: ObjectiveConfig) -> float:
+    """The best value among the levels that meet the SLO."""
+    return level_value(best_level(levels, objective), objective)
+
+
+def trial_values(levels: Sequence[Mapping[str, float]], objective: ObjectiveConfig) -> list[float]:
+    """Every objective metric, read at the level the first metric picks (`best_level`).
+
+    One level for all metrics, so each trial is a point a server really reached: the best of each
+    metric taken from different levels (throughput at high load, latency at low) would be a point no
+    single load gives.
+    """
+    level = best_level(levels, objective)
+    values = []
+    for name in objective.names:
+        if name not in level:
+            raise KeyError(f"objective metric '{name}' is not measured (metrics: {', '.join(sorted(level))})")
+        values.append(float(level[name]))
+    return values
 
 
 def saturated(throughputs: Sequence[float], min_gain: float) -> bool:

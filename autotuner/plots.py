@@ -63,13 +63,22 @@ def _figures(study: optuna.Study, importances: bool) -> tuple[dict[str, object],
         try:
             with warnings.catch_warnings():
                 warnings.simplefilter("ignore")
-                kwargs = {"target_name": study.metric_names[0]} if (study.metric_names and not multi
-                                                                      and name != "param_importances") else {}
+                kwargs = _target(study, name, multi)
                 figs[name] = fn(study, **kwargs)  # type: ignore[operator]
         except Exception as e:  # noqa: BLE001 - a plot that cannot be drawn is a note, not a failure
             skipped[name] = f"{type(e).__name__}: {e}"
         seconds[name] = time.perf_counter() - t
     return figs, skipped, seconds
+
+
+def _target(study: optuna.Study, plot: str, multi: bool) -> dict[str, object]:
+    """What a plot shows: the first objective (several objectives: what picks each trial's level)."""
+    names = study.metric_names or []
+    if plot == "pareto_front":
+        return {}
+    if multi:  # Optuna's single-value plots need a target with several objectives
+        return {"target": lambda t: t.values[0], "target_name": names[0] if names else "objective 0"}
+    return {"target_name": names[0]} if names and plot != "param_importances" else {}
 
 
 def write_plots(study: optuna.Study, folder: Path, *, importances: bool = True, png: bool = False) -> PlotResult:

@@ -47,6 +47,7 @@ class TrialRow:
     limit_why: str = ""
     plateau: str | None = None
     command: str = ""
+    values: list[float] = field(default_factory=list)  # every objective metric, at the scored level
 
     @property
     def median(self) -> float:
@@ -82,6 +83,9 @@ class StudySummary:
     plots: list[str] = field(default_factory=list)
     best_files: list[str] = field(default_factory=list)
     stop_reason: str | None = None
+    metrics: list[str] = field(default_factory=list)  # every objective metric (several: a Pareto front)
+    directions: list[str] = field(default_factory=list)
+    front: list[TrialRow] = field(default_factory=list)  # the Pareto front, best first metric first
 
     @property
     def top_two_within_noise(self) -> bool:
@@ -112,8 +116,8 @@ def _best_level(trial: FrozenTrial, metric: str, direction: str) -> dict[str, fl
     levels = trial.user_attrs.get("levels") or []
     if not levels:
         return {}
-    if trial.value is not None:  # the level the trial was scored by (under an SLO not always the fastest)
-        return min(levels, key=lambda m: abs(_finite(m.get(metric), math.inf) - trial.value))
+    if trial.values:  # the level the trial was scored by (under an SLO not always the fastest)
+        return min(levels, key=lambda m: abs(_finite(m.get(metric), math.inf) - trial.values[0]))
     pick = max if direction == "maximize" else min
     return pick(levels, key=lambda m: _finite(m.get(metric), -math.inf if direction == "maximize" else math.inf))
 
@@ -136,7 +140,7 @@ def _row(t: FrozenTrial, metric: str, direction: str, repeats: dict[str, list[fl
     limit = diagnosis.binding_limit(best) if best else diagnosis.Limit("unknown", "no level measured")
     plateau = diagnosis.load_plateau(t.user_attrs.get("levels") or [], metric) if direction == "maximize" else None
     return TrialRow(
-        number=t.number, value=float(t.value), params=dict(t.params), baseline=bool(t.user_attrs.get("baseline")),
+        number=t.number, value=float(t.values[0]), values=[float(v) for v in t.values], params=dict(t.params), baseline=bool(t.user_attrs.get("baseline")),
         metrics=dict(best), levels=list(t.user_attrs.get("levels") or []),
         spread=None if spread is None or (isinstance(spread, float) and math.isnan(spread)) else float(spread),
         repeats=repeats.get(_key(dict(t.params)), []), limit=limit.kind, limit_why=limit.why,
@@ -151,7 +155,9 @@ def _importances(study: optuna.Study, complete: list[FrozenTrial]) -> dict[str, 
     try:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
-            return {k: float(v) for k, v in optuna.importance.get_param_importances(study).items()}
+            # Several objectives: importances for the first (the one that picks each trial's level).
+            first = None if len(study.directions) == 1 else (lambda t: t.values[0])
+            return {k: float(v) for k, v in optuna.importance.get_param_importances(study, target=first).items()}
     except (ValueError, RuntimeError, ImportError):  # too few or too alike trials, missing sklearn
         return {}
 
@@ -165,18 +171,20 @@ def summarize(study: optuna.Study, metric: str, top_k: int = 5, *, target: float
               bounds: dict[str, tuple[float, float]] | None = None, importances: bool = True) -> StudySummary:
     """Everything the report says, from the study's trials. `bounds`: numeric params' search ranges."""
     trials = study.get_trials(deepcopy=False)
-    direction = "maximize" if study.direction == optuna.study.StudyDirection.MAXIMIZE else "minimize"
+    directions = ["maximize" if d == optuna.study.StudyDirection.MAXIMIZE else "minimize" for d in study.directions]
+    direction = directions[0]
     maximize = direction == "maximize"
     # A reused result repeats another trial's measurement: it is not a new measurement of its own.
-    complete = [t for t in trials if t.state == TrialState.COMPLETE and t.value is not None
+    complete = [t for t in trials if t.state == TrialState.COMPLETE and t.values
                 and t.user_attrs.get("reused_from") is None]
     repeats: dict[str, list[float]] = {}
     for t in complete:
-        repeats.setdefault(_key(dict(t.params)), []).append(float(t.value))
+        repeats.setdefault(_key(dict(t.params)), []).append(float(t.values[0]))
     for number, values in (study.user_attrs.get("confirmation") or {}).items():  # the tuner's re-launches
         repeats.setdefault(_key(dict(trials[int(number)].params)), []).extend(v for v in values if v is not None)
     # The winner is the best median: a configuration measured again is judged by all its measurements.
-    ordered = sorted(complete, key=lambda t: _median(repeats.get(_key(dict(t.params))) or [t.value]), reverse=maximize)
+    ordered = sorted(complete, key=lambda t: _median(repeats.get(_key(dict(t.params))) or [t.values[0]]),
+                     reverse=maximize)
     seen: set[str] = set()
     ordered = [t for t in ordered if not (_key(dict(t.params)) in seen or seen.add(_key(dict(t.params))))]
     rows = [_row(t, metric, direction, repeats) for t in ordered]
@@ -196,14 +204,17 @@ def summarize(study: optuna.Study, metric: str, top_k: int = 5, *, target: float
         baseline_failure=None if baseline or not unmeasured else _ending(unmeasured[-1]),
         environment=dict(attrs.get("environment") or {}), settings=dict(attrs.get("settings") or {}),
         target=target if target is not None else attrs.get("target"), stop_reason=attrs.get("stop_reason"),
+        metrics=list(study.metric_names or [metric]), directions=directions,
     )
+    if len(directions) > 1:
+        s.front = pareto_rows(study, rows)
     if importances:
         s.importances = _importances(study, complete)
-    conv = diagnosis.convergence([(t.number, float(t.value)) for t in sorted(complete, key=lambda t: t.number)],
+    conv = diagnosis.convergence([(t.number, float(t.values[0])) for t in sorted(complete, key=lambda t: t.number)],
                                  maximize)
     if conv:
         s.convergence, s.trials_since_gain = conv.text, conv.trials_since
-    for trend in diagnosis.param_trends([(dict(t.params), float(t.value)) for t in complete], maximize, bounds):
+    for trend in diagnosis.param_trends([(dict(t.params), float(t.values[0])) for t in complete], maximize, bounds):
         s.trends.append(trend.text)
         if trend.at_edge and len(complete) >= MIN_TRIALS_FOR_EDGES:
             s.edges[trend.param] = trend.at_edge
@@ -216,6 +227,13 @@ def summarize(study: optuna.Study, metric: str, top_k: int = 5, *, target: float
                              + "".join(f", {n} {k}" for k, n in others.most_common()))
     s.next_steps = next_steps(s)
     return s
+
+
+def pareto_rows(study: optuna.Study, rows: list[TrialRow]) -> list[TrialRow]:
+    """The rows of the study's Pareto front (Optuna's `best_trials`), one per configuration, in the
+    order of `rows` (best first metric first). Reused results repeat a member and are not listed."""
+    on_front = {_key(dict(t.params)) for t in study.best_trials}
+    return [r for r in rows if _key(r.params) in on_front]
 
 
 # --- what next ----------------------------------------------------------------------------------------
@@ -314,6 +332,11 @@ def config_text(row: TrialRow, engine: Engine | None) -> str:
 def verdict(s: StudySummary) -> str:
     if s.best is None:
         return "No trial completed: nothing to recommend yet."
+    if len(s.front) == 1:
+        return f"Pareto front: one configuration, trial #{s.best.number}, is the best at once in {_objectives(s)}."
+    if s.front:
+        return (f"Pareto front: {len(s.front)} configurations trade {_objectives(s)}; none is better in every "
+                f"metric than another. Best {s.metric}: trial #{s.best.number} at {s.best.median:,.1f}.")
     b = s.best
     text = f"Best: trial #{b.number} at {b.median:,.1f} {s.metric}"
     if b.spread is not None:
@@ -328,6 +351,30 @@ def verdict(s: StudySummary) -> str:
         gap = s.target_gap or 0.0
         text += f"; target {s.target:,.1f}: " + ("met" if gap >= 0 else f"not met ({-gap:.0%} short)")
     return text + "."
+
+
+def _objectives(s: StudySummary) -> str:
+    return " against ".join(f"{m} ({'higher' if d == 'maximize' else 'lower'} is better)"
+                            for m, d in zip(s.metrics, s.directions))
+
+
+def front_lines(s: StudySummary, engine: Engine | None) -> tuple[list[str], list[list[str]]]:
+    """The front as a table: header and rows of text (trial, each metric, config)."""
+    header = ["trial", *s.metrics, "config"]
+    rows = [[f"#{r.number}", *(_fmt(v) for v in r.values), config_text(r, engine)] for r in s.front]
+    return header, rows
+
+
+def _front_markdown(s: StudySummary, engine: Engine | None) -> list[str]:
+    header, rows = front_lines(s, engine)
+    out = [f"## Pareto front ({len(s.front)})", "",
+           f"Each trial's metrics are read at one load level: the best level by {s.metric} that meets the SLO.",
+           "", "| " + " | ".join(header) + " |", "|---:|" + "---:|" * len(s.metrics) + "---|"]
+    out += ["| " + " | ".join(row[:-1]) + f" | `{row[-1]}` |" for row in rows]
+    commands = [(r.number, r.command) for r in s.front if r.command]
+    if commands:
+        out += ["", "```sh"] + [f"# trial #{n}\n{c}" for n, c in commands] + ["```"]
+    return out + [""]
 
 
 def _env_rows(s: StudySummary) -> list[tuple[str, str]]:
@@ -380,6 +427,8 @@ def to_markdown(s: StudySummary, engine: Engine | None = None, command: str | No
         for cls, n in sorted(s.failure_classes.items(), key=lambda kv: -kv[1]):
             out.append(f"| {cls} | {n} | {_md(s.failure_examples.get(cls, ''))[:200]} |")
     out.append("")
+    if s.front:
+        out += _front_markdown(s, engine)
     if s.top:
         m = s.metric
         out += [f"## Top {len(s.top)} ({s.direction} {m})", "",
@@ -435,7 +484,11 @@ def _clean(obj: Any) -> Any:
 
 
 def render(summary: StudySummary, engine: Engine, command: str | None, console: Console) -> None:
-    """The short end-of-run view: the top table, outcomes, the verdict and the winner's command."""
+    """The short end-of-run view: the top table (several objectives: the Pareto front), outcomes, the
+    verdict and the winner's command (the front's commands)."""
+    if summary.front:
+        _render_front(summary, engine, console)
+        return
     m = summary.metric
     table = Table(title=f"Best trials of study '{summary.study_name}' ({summary.direction} {m})")
     table.add_column("trial", justify="right")
@@ -449,14 +502,10 @@ def render(summary: StudySummary, engine: Engine, command: str | None, console: 
         table.add_row(str(row.number), f"{row.median:,.1f}", _spread_text(row),
                       *(_fmt(row.metrics.get(c)) for c in LATENCY_COLUMNS), row.limit, config_text(row, engine))
     console.print(table)
-    counts = ", ".join(f"{n} {s.lower()}" for s, n in sorted(summary.counts.items()))
-    fails = ", ".join(f"{n} {c}" for c, n in sorted(summary.failure_classes.items()))
-    console.print(f"Trials: {counts}" + (f" (failures: {fails})" if fails else ""), soft_wrap=True)
+    _render_outcomes(summary, console)
     if summary.best is None:
         console.print("[red]No trial completed: nothing to recommend yet.[/]")
         return
-    if summary.stop_reason:
-        console.print(f"Stopped early: {summary.stop_reason}", soft_wrap=True, markup=False)
     if summary.top_two_within_noise:
         console.print(f"The top two (#{summary.top[0].number} and #{summary.top[1].number}) are within measurement "
                       "noise of each other: either is a sound choice.", soft_wrap=True, markup=False)
@@ -464,6 +513,31 @@ def render(summary: StudySummary, engine: Engine, command: str | None, console: 
     if command:
         console.print("Run the best configuration with:")
         console.print(command, markup=False, highlight=False, soft_wrap=True)
+
+
+def _render_front(summary: StudySummary, engine: Engine, console: Console) -> None:
+    header, rows = front_lines(summary, engine)
+    table = Table(title=f"Pareto front of study '{summary.study_name}'")
+    for name in header:
+        table.add_column(name, justify="left" if name == "config" else "right", overflow="fold")
+    for row in rows:
+        table.add_row(*row)
+    console.print(table)
+    _render_outcomes(summary, console)
+    console.print(verdict(summary), soft_wrap=True, markup=False, highlight=False)
+    for row in summary.front:
+        if row.command:
+            values = ", ".join(f"{m} {_fmt(v)}" for m, v in zip(summary.metrics, row.values))
+            console.print(f"#{row.number} ({values}):", markup=False, highlight=False, soft_wrap=True)
+            console.print(row.command, markup=False, highlight=False, soft_wrap=True)
+
+
+def _render_outcomes(summary: StudySummary, console: Console) -> None:
+    counts = ", ".join(f"{n} {s.lower()}" for s, n in sorted(summary.counts.items()))
+    fails = ", ".join(f"{n} {c}" for c, n in sorted(summary.failure_classes.items()))
+    console.print(f"Trials: {counts}" + (f" (failures: {fails})" if fails else ""), soft_wrap=True)
+    if summary.stop_reason:
+        console.print(f"Stopped early: {summary.stop_reason}", soft_wrap=True, markup=False)
 
 
 def write_best(summary: StudySummary, command: str | None, folder: Path,
@@ -475,6 +549,10 @@ def write_best(summary: StudySummary, command: str | None, folder: Path,
     path = folder / "best.json"
     data = _clean({"study": summary.study_name, "metric": summary.metric, "best": asdict(summary.best),
                    "baseline_value": summary.baseline_value, "gain": summary.gain, "command": command})
+    if summary.front:  # several objectives: the answer is the front; "best" is its best on the first metric
+        data["front"] = _clean([{"trial": r.number, "values": dict(zip(summary.metrics, r.values)),
+                                 "params": r.params, "baseline": r.baseline, "command": r.command}
+                                for r in summary.front])
     _atomic_write(path, json.dumps(data, indent=2))
     if command:
         _atomic_write(folder / "best-command.sh", f"#!/bin/sh\nexec {command}\n")

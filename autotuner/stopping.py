@@ -5,6 +5,9 @@ Convergence: the best value has not improved by more than the measurement noise 
 measurements of one configuration (retries, confirmations); until the study has any, a configured
 floor (`min_improvement`, 5% by default: what repeats of one config differ by on a shared 2-core box)
 stands in. Every number here is relative to the best value, so units never matter.
+
+With several objectives (a Pareto front) there is no single best: convergence is the front's
+hypervolume not growing by more than the noise over the last `patience` trials (`decide_front`).
 """
 
 from __future__ import annotations
@@ -60,4 +63,48 @@ def decide(values: Sequence[float | None], direction: str, *, target: float | No
     if patience and converged(values, direction, patience, noise):
         return StopDecision("converged", f"converged: no trial in the last {patience} beat the best "
                                          f"({best:,.1f}) by more than the noise ({noise:.1%})")
+    return None
+
+
+# --- several objectives: the Pareto front ---------------------------------------------------------------
+
+def front_converged(points: Sequence[Sequence[float] | None], directions: Sequence[str], patience: int,
+                    noise: float) -> bool:
+    """`points`: the finished trials' objective values in order (None for failed or pruned ones).
+
+    True when the hypervolume dominated by all the points is no more than `noise` (relative) above the
+    one dominated by the points before the last `patience` trials: those trials did not move the front.
+    Both volumes use one reference point, the worst value of each metric over all points pushed out by a
+    tenth of its range, so they compare; a relative change is independent of each metric's unit.
+    """
+    if patience <= 0 or len(points) <= patience:
+        return False
+    head = [p for p in points[:-patience] if p is not None]
+    measured = [p for p in points if p is not None]
+    if not head:
+        return False
+    before, after = (_hypervolume(head, measured, directions), _hypervolume(measured, measured, directions))
+    return not after > before * (1 + noise)
+
+
+def _hypervolume(points: Sequence[Sequence[float]], frame: Sequence[Sequence[float]],
+                 directions: Sequence[str]) -> float:
+    import numpy as np
+    from optuna._hypervolume import compute_hypervolume  # Optuna's own (WFG); private but long stable
+
+    def losses(ps: Sequence[Sequence[float]]) -> np.ndarray:  # Optuna's hypervolume minimizes every axis
+        return np.array([[v if d == "minimize" else -v for v, d in zip(p, directions)] for p in ps], dtype=float)
+
+    all_losses = losses(frame)
+    worst, best = all_losses.max(axis=0), all_losses.min(axis=0)
+    reference = worst + 0.1 * np.maximum(worst - best, np.maximum(np.abs(worst), 1e-9))
+    return float(compute_hypervolume(losses(points), reference))
+
+
+def decide_front(points: Sequence[Sequence[float] | None], directions: Sequence[str], *, patience: int | None,
+                 noise: float) -> StopDecision | None:
+    """Multi-objective stopping: only convergence (a target is one value; config rejects it)."""
+    if patience and front_converged(points, directions, patience, noise):
+        return StopDecision("converged", f"converged: the last {patience} trials grew the Pareto front's "
+                                         f"hypervolume by no more than the noise ({noise:.1%})")
     return None

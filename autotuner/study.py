@@ -67,7 +67,7 @@ def open_study(cfg: ExperimentConfig, n_levels: int) -> optuna.Study:
             )
             study = optuna.create_study(
                 study_name=cfg.study_name, storage=storage, load_if_exists=True,
-                direction=cfg.objective.direction, sampler=make_sampler(cfg.study.sampler, cfg.study.seed),
+                directions=cfg.objective.all_directions, sampler=make_sampler(cfg.study.sampler, cfg.study.seed),
                 pruner=make_pruner(cfg.study.pruner, n_levels),
             )
     except ImportError as e:
@@ -78,13 +78,22 @@ def open_study(cfg: ExperimentConfig, n_levels: int) -> optuna.Study:
         raise
     with warnings.catch_warnings():  # experimental since Optuna 3.2, stable in use; names the axis in plots
         warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
-        study.set_metric_names([cfg.objective.metric])
+        study.set_metric_names(cfg.objective.names)
     return study
 
 
 def best_trial(study: optuna.Study) -> optuna.trial.FrozenTrial | None:
-    """The best complete trial, or None when no trial has completed yet."""
+    """The best complete trial, or None when no trial has completed yet. Multi-objective: the member
+    of the Pareto front best on the first metric (the one that also picks each trial's level)."""
+    if len(study.directions) > 1:
+        sign = 1 if study.directions[0] == optuna.study.StudyDirection.MAXIMIZE else -1
+        return max(study.best_trials, key=lambda t: sign * t.values[0], default=None)
     try:
         return study.best_trial
     except ValueError:
         return None
+
+
+def primary_value(trial: optuna.trial.FrozenTrial) -> float | None:
+    """The first objective's value: `trial.value` raises in a multi-objective study, this does not."""
+    return trial.values[0] if trial.values else None

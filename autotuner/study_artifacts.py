@@ -25,6 +25,7 @@ import yaml
 from autotuner import export, plots, report
 from autotuner.config import Experiment, FloatParam, IntParam
 from autotuner.secrets import Redactor
+from autotuner.study import best_trial, primary_value
 from autotuner.engines._base import Engine, LaunchContext, LaunchSpec
 from autotuner.tracking import MlflowTracker
 
@@ -32,15 +33,17 @@ from autotuner.tracking import MlflowTracker
 def settings(exp: Experiment) -> dict[str, Any]:
     """What a reader of the report needs to know about how the study measured."""
     c = exp.config
-    levels = ", ".join(f"{k.replace('max_', '').replace('_', ' ')} {v:g}" for lv in c.load.levels() for k, v in lv.items())
     w = c.workload
     return {
         "model": f"{c.model.name} ({exp.model_path})",
         "workload": f"{w.num_prompts} requests per level, {w.input_len} words in, {w.output_len} tokens out "
                     f"({w.endpoint}), {w.warmup_requests} warm-up",
-        "load": levels,
-        "objective": f"{c.objective.direction} {c.objective.metric} (best level), "
-                     f"at most {c.objective.max_error_rate:.0%} failed requests",
+        "load": c.load.describe(),
+        "objective": c.objective.describe()
+                     + (" (a Pareto front; every metric at the level the first picks)" if c.objective.multi
+                        else " (best level)")
+                     + f", at most {c.objective.max_error_rate:.0%} failed requests"
+                     + (f", SLO {c.objective.slo}" if c.objective.slo else ""),
         "sampler": f"{c.study.sampler} / {c.study.pruner}",
         "gpus": c.hardware.gpus,
     }
@@ -85,6 +88,13 @@ def winner_text(fmt: str, engine: Engine, exp: Experiment, row: report.TrialRow,
                          summary={"trial": row.number, exp.config.objective.metric: row.value})
 
 
+def front_commands(summary: report.StudySummary, engine: Engine, exp: Experiment, binary: str | None,
+                   version: str) -> None:
+    """Several objectives: give each member of the Pareto front its command, ready to run."""
+    for row in summary.front:
+        row.command = winner_text("args", engine, exp, row, binary, version).strip()
+
+
 class StudyArtifacts:
     def __init__(self, study: optuna.Study, exp: Experiment, engine: Engine, tracker: MlflowTracker,
                  folder: Path, *, binary: str | None, engine_version: str, environment: dict[str, Any],
@@ -111,10 +121,13 @@ class StudyArtifacts:
         """Best so far on the parent run (step: the trial number); cheap plots; best files. Never raises."""
         self._trials_seen += 1
         metric = self.exp.config.objective.metric
-        best = _best(self.study)
+        best = best_trial(self.study)
         finished = [t.number for t in self.study.get_trials(deepcopy=False) if t.state.is_finished()]
         if best is not None and finished and self.tracker.parent_run_id:
-            self.tracker.log_step(self.tracker.parent_run_id, max(finished), {f"best_so_far_{metric}": best.value})
+            metrics = {f"best_so_far_{metric}": primary_value(best)}
+            if self.exp.config.objective.multi:
+                metrics["pareto_front_size"] = len(self.study.best_trials)
+            self.tracker.log_step(self.tracker.parent_run_id, max(finished), metrics)
         try:
             with_importances = self._trials_seen % plots.IMPORTANCE_EVERY == 0
             self._write(final=False, importances=with_importances)
@@ -140,6 +153,7 @@ class StudyArtifacts:
                                   {"plot_s": self.plot_seconds[-1]})
         summary = self.summary(importances=final)
         summary.plots = [str(p) for p in result.files if p.suffix in (".html", ".png") and p.name != "study.html"]
+        front_commands(summary, self.engine, self.exp, self.binary, self.version)
         files: dict[str, str] = {}
         command = None
         if summary.best is not None:
@@ -167,13 +181,6 @@ class StudyArtifacts:
 
     def _redacted(self, value: Any) -> Any:
         return json.loads(self.redactor.text(json.dumps(value)) or "null")
-
-
-def _best(study: optuna.Study) -> optuna.trial.FrozenTrial | None:
-    try:
-        return study.best_trial
-    except ValueError:
-        return None
 
 
 # --- reading a study back (autotuner report / best) ---------------------------------------------------

@@ -81,7 +81,8 @@ def trial_record(trial: FrozenTrial, artifact_dir: Path, metric: str, direction:
         number=trial.number, status=status,
         # The params exactly as sampled, and the flags they became (what a user pastes).
         params={**(dict(trial.params) or {"baseline": "engine defaults"}), "engine_args": attrs.get("engine_args", "")},
-        metrics={**best_level(levels, metric, direction, trial.value), **{f"time_{k}": v for k, v in timings.items()}},
+        metrics={**best_level(levels, metric, direction, trial.values[0] if trial.values else None),
+                 **{f"time_{k}": v for k, v in timings.items()}, **_found_load(attrs)},
         steps=levels, tags=tags, artifact_dir=artifact_dir,
     )
 
@@ -96,6 +97,12 @@ def best_level(levels: list[dict[str, float]], metric: str, direction: str,
         return dict(min(scored, key=lambda m: abs(m[metric] - value)))
     pick = max if direction == "maximize" else min
     return dict(pick(scored, key=lambda m: m[metric]))
+
+
+def _found_load(attrs: Mapping[str, Any]) -> dict[str, float]:
+    """The highest load that met the SLO, where the trial has one (a load search's answer)."""
+    found = attrs.get("max_load_meeting_slo")
+    return {"max_load_meeting_slo": float(found)} if found is not None else {}
 
 
 def _quiet() -> None:

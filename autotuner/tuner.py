@@ -29,12 +29,13 @@ from autotuner.bench.server_metrics import ServerMetricsSampler
 from autotuner.bench.server_metrics import summarize as summarize_samples
 from autotuner.bench.spread import spread_metrics
 from autotuner.bench.workload import Workload
-from autotuner.config import Experiment
+from autotuner.config import Experiment, recheck
 from autotuner import host, locks, secrets, stopping
 from autotuner.engines._base import Engine, LaunchContext, LaunchSpec
 from autotuner.launchers._base import Handle, LaunchError, Launcher, free_port
+from autotuner.load_search import highest_passing, level_text, load_kind, make_plan
+from autotuner.objective import SloViolated, level_value, meets, trial_values
 from autotuner.pool import Leases, PoolTooSmall
-from autotuner.objective import SloViolated, level_value, saturated, slo_violations, trial_value
 from autotuner.interrupts import StopRequests
 from autotuner.model_facts import feasibility_context
 from autotuner.progress import Progress
@@ -42,7 +43,7 @@ from autotuner.sampling import FAILURE_CONSTRAINT
 from autotuner.launchers._base import this_owner
 from autotuner.recovery import WORKER_ATTR, Heartbeat, recover_stale_trials
 from autotuner.space import SearchSpace
-from autotuner.study import best_trial, open_study
+from autotuner.study import best_trial, open_study, primary_value
 from autotuner.study_artifacts import StudyArtifacts
 from autotuner.tracking import LEVEL_PREFIX, MlflowTracker, TrialRecord, trial_record
 from autotuner.trial_records import TrialRecords
@@ -53,7 +54,7 @@ LOG_TAIL_LINES = 30
 @dataclass
 class TrialResult:
     state: str  # COMPLETE, FAIL or PRUNED
-    value: float | None = None
+    values: list[float] | None = None  # one per objective metric (objective.names)
     levels: list[LevelResult] = field(default_factory=list)
     failure_class: str | None = None
     reason: str | None = None
@@ -62,6 +63,11 @@ class TrialResult:
     launch_tags: dict[str, str] = field(default_factory=dict)
     launch_artifacts: dict[str, str] = field(default_factory=dict)  # file name -> text
     level_metrics: list[dict[str, float]] = field(default_factory=list)  # the full per-level metrics
+
+    @property
+    def value(self) -> float | None:
+        """The first objective's value (the only one in a single-objective study)."""
+        return self.values[0] if self.values else None
 
     def metrics(self) -> list[dict[str, float]]:
         """Per level: the load generator's metrics, their spread and the engine's own /metrics."""
@@ -83,6 +89,7 @@ class Tuner:
                  pool: Leases | None = None):
         self.exp = experiment
         self.cfg = experiment.config
+        recheck(self.cfg)  # command-line overrides are applied after the file was validated
         self.engine = engine
         self.launcher = launcher
         self.tracker = tracker
@@ -95,7 +102,7 @@ class Tuner:
         self.engine_version = engine_version or self._engine_version()  # given: e.g. read from an image
         self.host = host.fingerprint()
         self.facts = feasibility_context(experiment)  # workload, GPUs and the model's shape, read once
-        self.study = open_study(self.cfg, n_levels=len(self.cfg.load.levels()))
+        self.study = open_study(self.cfg, n_levels=self.cfg.load.max_steps)
         self.secrets = secrets.collect(self.cfg.secret_env)
         self.redact = secrets.Redactor(self.secrets)
         self.artifacts = StudyArtifacts(self.study, experiment, engine, tracker, self.workdir, binary=binary,
@@ -172,18 +179,21 @@ class Tuner:
 
     def _stop_decision(self) -> stopping.StopDecision | None:
         finished = self.study.get_trials(deepcopy=False, states=(TrialState.COMPLETE, TrialState.FAIL, TrialState.PRUNED))
-        values = [t.value if t.state == TrialState.COMPLETE else None for t in sorted(finished, key=lambda t: t.number)]
+        points = [t.values if t.state == TrialState.COMPLETE else None for t in sorted(finished, key=lambda t: t.number)]
         noise = max(self.cfg.stop.min_improvement, stopping.relative_noise(self._repeats()) or 0.0)
-        return stopping.decide(values, self.cfg.objective.direction, target=self.cfg.stop.target,
-                               patience=self.cfg.stop.patience, noise=noise)
+        if self.cfg.objective.multi:  # no target (config.cross_check); patience is on the front's hypervolume
+            return stopping.decide_front(points, self.cfg.objective.all_directions,
+                                         patience=self.cfg.stop.patience, noise=noise)
+        return stopping.decide([p[0] if p else None for p in points], self.cfg.objective.direction,
+                               target=self.cfg.stop.target, patience=self.cfg.stop.patience, noise=noise)
 
     def _repeats(self) -> dict[str, list[float]]:
         """Every configuration measured more than once: in trials (retries) and in confirmations."""
         groups: dict[str, list[float]] = {}
         for t in self.study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,)):
-            if t.user_attrs.get("reused_from") is None and t.value is not None:
+            if t.user_attrs.get("reused_from") is None and t.values:
                 key = json.dumps([bool(t.user_attrs.get("baseline")), t.params], sort_keys=True)
-                groups.setdefault(key, []).append(t.value)
+                groups.setdefault(key, []).append(primary_value(t))
         for number, values in (self.study.user_attrs.get("confirmation") or {}).items():
             trial = self.study.trials[int(number)]
             key = json.dumps([bool(trial.user_attrs.get("baseline")), trial.params], sort_keys=True)
@@ -193,6 +203,11 @@ class Tuner:
     def _confirm(self, progress: Progress) -> None:
         """Launch the top configurations again and measure each `repeats` more times (resumable)."""
         c = self.cfg.confirm
+        if self.cfg.objective.multi:
+            # The answer is a front, not one winner: a best median of one metric would not re-rank it.
+            progress.note("confirm: skipped for a multi-objective study (the Pareto front is the answer); "
+                          "to re-measure a member, enqueue its params in a study of its own")
+            return
         sign = 1 if self.cfg.objective.direction == "maximize" else -1
         seen, top = set(), []
         for t in sorted(self.study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,)),
@@ -334,7 +349,7 @@ class Tuner:
                 continue
             state = prev.state.name
             reason = f"same config as trial #{prev.number}" + (f": {prev.user_attrs.get('failure_reason')}" if cls else "")
-            return TrialResult(state, value=prev.value, failure_class=cls, reason=reason, reused_from=prev.number,
+            return TrialResult(state, values=prev.values, failure_class=cls, reason=reason, reused_from=prev.number,
                                level_metrics=list(prev.user_attrs.get("levels") or []))
         return None
 
@@ -369,13 +384,16 @@ class Tuner:
                               progress: Progress, timings: dict[str, float], workload: Workload,
                               sampler: ServerMetricsSampler) -> TrialResult:
         w = self.cfg.workload
+        objective = self.cfg.objective
+        search = self.cfg.load.search is not None
         model = handle.spec.served_model_name
-        levels = self.cfg.load.levels()
+        plan = make_plan(self.cfg.load, lambda m: meets(m, objective))
         results: list[LevelResult] = []
         t = time.perf_counter()
-        for step, level in enumerate(levels):
-            of = f" [{step + 1}/{len(levels)}]" if len(levels) > 1 else ""
-            progress.phase(f"measuring {_level_text(level)}{of} ({w.num_prompts} requests)")
+        step, level = 0, plan.next_level([])
+        while level is not None:
+            of = f" [{step + 1}/{plan.total}]" if plan.total > 1 else ""
+            progress.phase(f"measuring {level_text(level)}{of} ({w.num_prompts} requests)")
             sampler.mark()
             result, records = await run_level(handle.base_url, model, workload, timeout_s=w.request_timeout_s, **level)
             self._records.add_level(step, records)
@@ -388,33 +406,34 @@ class Tuner:
             self.tracker.log_step(run_id, step, {LEVEL_PREFIX + k: v for k, v in metrics.items()})
             timings["measure_s"] = time.perf_counter() - t
             if not self.launcher.is_running(handle):
-                raise _Failed("crashed-mid-run", f"server died while measuring {_level_text(level)}",
+                raise _Failed("crashed-mid-run", f"server died while measuring {level_text(level)}",
                               self.launcher.logs(handle, LOG_TAIL_LINES))
-            if metrics["error_rate"] > self.cfg.objective.max_error_rate:
+            # A search probes past capacity on purpose: failed requests there fail the probe, not the trial.
+            if not search and metrics["error_rate"] > objective.max_error_rate:
                 sample = "; ".join(list(result.error_samples)[:3])
                 raise _Failed("client-errors", f"{metrics['error_rate']:.0%} of requests failed at "
-                              f"{_level_text(level)}: {sample}", self.launcher.logs(handle, LOG_TAIL_LINES))
-            more = step + 1 < len(levels)
-            if trial is not None and not slo_violations(metrics, self.cfg.objective.slo):
-                trial.report(level_value(metrics, self.cfg.objective), step)
+                              f"{level_text(level)}: {sample}", self.launcher.logs(handle, LOG_TAIL_LINES))
+            following = plan.next_level(self._records.level_metrics)
+            # Optuna takes intermediate values (and prunes) in single-objective studies only.
+            if trial is not None and not objective.multi and meets(metrics, objective):
+                trial.report(level_value(metrics, objective), step)
                 if trial.should_prune():
-                    return TrialResult("PRUNED", levels=results, reason=f"pruned after {_level_text(level)}",
+                    return TrialResult("PRUNED", levels=results, reason=f"pruned after {level_text(level)}",
                                        level_metrics=list(self._records.level_metrics))
-            if self._stop.requested and more:
+            if self._stop.requested and following is not None:
                 return TrialResult("FAIL", levels=results, failure_class="interrupted",
-                                   reason=f"stopped by {self._stop.requested} after {_level_text(level)}",
+                                   reason=f"stopped by {self._stop.requested} after {level_text(level)}",
                                    level_metrics=list(self._records.level_metrics))
-            if more and self.cfg.load.stop_at_saturation and saturated(
-                    [r.output_tok_per_s for r in results], self.cfg.load.saturation_gain):
-                progress.phase(f"saturated at {_level_text(level)}: higher loads skipped")
-                break
+            step, level = step + 1, following
+        if search or len(results) < plan.total:
+            progress.phase(plan.done)
         level_metrics = list(self._records.level_metrics)
         try:
-            value = trial_value(level_metrics, self.cfg.objective)
+            values = trial_values(level_metrics, objective)
         except SloViolated as e:
             return TrialResult("FAIL", levels=results, failure_class="slo-violated", reason=str(e),
                                level_metrics=level_metrics)
-        return TrialResult("COMPLETE", value=value, levels=results, level_metrics=level_metrics)
+        return TrialResult("COMPLETE", values=values, levels=results, level_metrics=level_metrics)
 
     def _finish(self, trial: optuna.Trial, run_id: str | None, params: dict[str, Any], result: TrialResult,
                 command: str, trial_dir: Path, timings: dict[str, float], t0: float, progress: Progress) -> None:
@@ -424,6 +443,7 @@ class Tuner:
         self.redact.file(trial_dir / "server.log")
         level_metrics = result.metrics()
         attrs = {"state": result.state, "command": command, "timings": timings, "levels": level_metrics,
+                 "max_load_meeting_slo": self._max_load(level_metrics),
                  "engine_version": self.engine_version, "engine_args": " ".join(self.engine.tuning_args(params)),
                  "launch_tags": {**self._records.image_tags(), **result.launch_tags}}
         # Set even when empty: a retried trial starts with a copy of the failed one's attributes.
@@ -434,12 +454,12 @@ class Tuner:
         if result.state == "FAIL" and result.failure_class != "interrupted":
             trial.set_constraint(FAILURE_CONSTRAINT, 1.0)  # the sampler learns where configs fail
         if result.state == "COMPLETE":
-            self.study.tell(trial, result.value)
+            self.study.tell(trial, result.values)
         else:
             self.study.tell(trial, state=TrialState.PRUNED if result.state == "PRUNED" else TrialState.FAIL)
 
         trial_dir.mkdir(parents=True, exist_ok=True)
-        bench = {"state": result.state, "value": result.value, "levels": [r.to_json() for r in result.levels]}
+        bench = {"state": result.state, "value": result.value, "values": result.values, "levels": [r.to_json() for r in result.levels]}
         (trial_dir / "bench.json").write_text(json.dumps(bench, indent=2))
         if command:
             (trial_dir / "command.txt").write_text(command + "\n")
@@ -457,13 +477,22 @@ class Tuner:
         best = best_trial(self.study)
         progress.trial_finished(result.state, result.value,
                                 f"{result.failure_class}: {result.reason}" if result.failure_class else result.reason,
-                                (best.number, best.value) if best else None)
+                                (best.number, primary_value(best)) if best else None)
+        if self.cfg.objective.multi and result.values:
+            progress.note("    " + ", ".join(f"{n} {v:,.1f}" for n, v in zip(self.cfg.objective.names, result.values))
+                          + f" · Pareto front: {len(self.study.best_trials)} trial(s)")
         if result.log_tail and result.failure_class != "infeasible":
             last = [line for line in result.log_tail.splitlines() if line.strip()][-3:]
             for line in last:
                 progress.note(f"    | {line[:200]}")
 
     # --- helpers ----------------------------------------------------------------------------------------
+
+    def _max_load(self, level_metrics: list[dict[str, float]]) -> float | None:
+        """The highest load among the measured levels that met the SLO (None without an SLO: nothing to meet)."""
+        if not self.cfg.objective.slo:
+            return None
+        return highest_passing(level_metrics, load_kind(self.cfg.load), lambda m: meets(m, self.cfg.objective))
 
     def _record(self, trial: optuna.trial.FrozenTrial) -> TrialRecord:
         return trial_record(trial, self.workdir / f"trial-{trial.number:04d}", self.cfg.objective.metric,
@@ -532,8 +561,9 @@ class Tuner:
         c = self.cfg
         return {"experiment": str(self.exp.source), "engine": c.engine, "model": str(self.exp.model_path),
                 "search_space": json.dumps(self.exp.space.model_dump(mode="json")),
-                "objective": f"{c.objective.direction} {c.objective.metric}", "sampler": c.study.sampler,
-                "pruner": c.study.pruner, "storage": c.study.storage, "load": json.dumps(c.load.levels()),
+                "objective": c.objective.describe(),
+                "sampler": c.study.sampler, "pruner": c.study.pruner, "storage": c.study.storage,
+                "load": c.load.describe(),
                 "workload": json.dumps(c.workload.model_dump(mode="json"))}
 
     def _log_study_summary(self) -> None:
@@ -542,13 +572,9 @@ class Tuner:
         metrics: dict[str, float] = {f"trials_{k}": v for k, v in counts.items()}
         best = best_trial(self.study)
         if best is not None:
-            metrics[f"best_{self.cfg.objective.metric}"] = best.value
+            metrics[f"best_{self.cfg.objective.metric}"] = primary_value(best)
             metrics["best_trial"] = best.number
+        if self.cfg.objective.multi:
+            metrics["pareto_front_size"] = len(self.study.best_trials)
         self.tracker.log_study(metrics=metrics)
-
-
-def _level_text(level: dict[str, Any]) -> str:
-    if "max_concurrency" in level:
-        return f"concurrency {level['max_concurrency']}"
-    return f"rate {level['request_rate']:g} req/s"
 

@@ -56,7 +56,7 @@ def test_defaults_fill_what_the_file_leaves_out(tmp_path):
     (BASE + "workload: {endpoint: embeddings}\n", SPACE,
      "exp.yaml: field 'workload.endpoint': Input should be 'completions' or 'chat' (got 'embeddings')"),
     (BASE + "load: {max_concurrency: [4], request_rate: [1.0]}\n", SPACE,
-     "exp.yaml: field 'load': give exactly one of max_concurrency or request_rate"),
+     "exp.yaml: field 'load': give exactly one of max_concurrency, request_rate or search"),
     (BASE.replace("name: t\n", ""), SPACE, "exp.yaml: field 'name': Field required"),
     (BASE + "load: {max_concurrency: [0]}\n", SPACE, "exp.yaml: field 'load': load levels must be positive (got 0)"),
     (BASE, SPACE.replace("high: 8", "high: 0"),
