@@ -5,6 +5,7 @@ file and field (or the resource), and nothing has been started, created or writt
 
 from __future__ import annotations
 
+import importlib.util
 import os
 
 from autotuner.config import CategoricalParam, ConfigError, Experiment
@@ -40,4 +41,8 @@ def check(exp: Experiment, need_model: bool = True) -> Engine:
         raise ConfigError(f"{exp.source}: field 'model.path': not found: {exp.model_path} "
                           "(scripts/setup.sh makes the quickstart model, scripts/setup-vllm.sh the vLLM one)")
     check_storage(cfg.study.storage)
+    if cfg.study.sampler == "gp" and importlib.util.find_spec("torch") is None:
+        # Optuna's GPSampler imports torch only when it first samples: fail here, not hours in.
+        raise ConfigError(f"{exp.source}: field 'study.sampler': gp needs PyTorch, which is not installed "
+                          "(pip install torch), or use tpe")
     return engine

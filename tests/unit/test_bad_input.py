@@ -118,3 +118,17 @@ def test_bad_input_is_one_exact_line(name, tmp_path, monkeypatch):
 
 def test_the_suite_is_at_least_thirty_files():
     assert len(CASES) >= 30
+
+
+def test_the_gp_sampler_without_pytorch_is_refused_before_the_study_starts(tmp_path, monkeypatch):
+    import importlib.util
+
+    if importlib.util.find_spec("torch") is not None:
+        pytest.skip("PyTorch is installed here: the GP sampler can run")
+    experiment, space, _ = CASES["bad-sampler"]
+    (tmp_path / "exp.yaml").write_text(experiment.replace("cmaes", "gp"))
+    (tmp_path / "s.yaml").write_text(space)
+    (tmp_path / "m.gguf").write_bytes(b"")
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(ConfigError, match=r"exp.yaml: field 'study.sampler': gp needs PyTorch, which is not installed"):
+        preflight.check(load_experiment(tmp_path / "exp.yaml"))
