@@ -13,6 +13,7 @@ import contextlib
 import json
 import os
 import time
+import uuid
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -100,7 +101,10 @@ class PoolTooSmall(Exception):
 
 
 class Leases:
-    """Who holds which units of `pool` on this node: `<dir>/<kind>.json`, read and written under its lock."""
+    """Who holds which units of `pool` on this node, and who waits: `<dir>/<kind>.json`, read and written
+    under its lock. First come, first served: a request is served only when no older one still waits, so
+    a TP8 trial is not starved by a stream of TP1 trials (the price: units may idle while it waits for
+    running trials to end)."""
 
     def __init__(self, pool: Pool, directory: Path, owner: str | None = None):
         self.pool = pool
@@ -110,8 +114,7 @@ class Leases:
     @contextlib.contextmanager
     def lease(self, need: int, label: str, waiting: Callable[[str], None] = lambda message: None,
               stop: Callable[[], bool] = lambda: False) -> Iterator[tuple[int, ...]]:
-        """Hold `need` units for the block's duration, waiting while others hold them. `stop()` True
-        while waiting: gives up (raises InterruptedError)."""
+        """Hold `need` units for the block's duration (see `acquire`)."""
         units = self.acquire(need, label, waiting, stop)
         try:
             yield units
@@ -120,44 +123,65 @@ class Leases:
 
     def acquire(self, need: int, label: str, waiting: Callable[[str], None] = lambda message: None,
                 stop: Callable[[], bool] = lambda: False) -> tuple[int, ...]:
+        """`need` units, waiting while others hold them or wait before us. `waiting(message)` is told once
+        when this has to wait; `stop()` True while waiting gives up (raises InterruptedError)."""
         if need > len(self.pool.units):
             raise PoolTooSmall(f"needs {need} {self.pool.kind.upper()} unit(s), the pool has "
                                f"{len(self.pool.units)} ({self.pool.describe(self.pool.units)})")
+        ticket = uuid.uuid4().hex
         told = False
-        while True:
-            with self._locked() as held:
-                busy = {u for lease in held for u in lease["units"]}
-                units = pack(self.pool.units, busy, need)
-                if units is not None:
-                    held.append({"units": list(units), "owner": self.owner, "label": label, "since": time.time()})
-                    return units
-            if not told:
-                free = len(set(self.pool.units) - busy)
-                waiting(f"waiting for {need} {self.pool.kind.upper()} unit(s): {free} of "
-                        f"{len(self.pool.units)} free")
-                told = True
-            if stop():
-                raise InterruptedError("stopped while waiting for the device pool")
-            time.sleep(POLL_S)
+        try:
+            while True:
+                with self._locked() as state:
+                    queue = state["queue"]
+                    if not any(w["ticket"] == ticket for w in queue):
+                        queue.append({"ticket": ticket, "owner": self.owner, "need": need, "label": label})
+                    busy = {u for lease in state["leases"] for u in lease["units"]}
+                    units = pack(self.pool.units, busy, need) if queue[0]["ticket"] == ticket else None
+                    if units is not None:
+                        queue.pop(0)
+                        state["leases"].append({"units": list(units), "owner": self.owner, "label": label,
+                                                "since": time.time()})
+                        return units
+                    ahead = next(i for i, w in enumerate(queue) if w["ticket"] == ticket)
+                if not told:
+                    free = len(set(self.pool.units) - busy)
+                    waiting(f"waiting for {need} {self.pool.kind.upper()} unit(s): {free} of "
+                            f"{len(self.pool.units)} free" + (f", {ahead} request(s) ahead" if ahead else ""))
+                    told = True
+                if stop():
+                    raise InterruptedError("stopped while waiting for the device pool")
+                time.sleep(POLL_S)
+        except BaseException:  # gave up (stop, Ctrl-C): leave the queue, or the requests behind wait forever
+            with self._locked() as state:
+                state["queue"][:] = [w for w in state["queue"] if w["ticket"] != ticket]
+            raise
 
     def release(self, units: Sequence[int]) -> None:
-        with self._locked() as held:
-            held[:] = [lease for lease in held if not (lease["owner"] == self.owner and lease["units"] == list(units))]
+        with self._locked() as state:
+            state["leases"][:] = [lease for lease in state["leases"]
+                                  if not (lease["owner"] == self.owner and lease["units"] == list(units))]
 
     def held(self) -> list[dict]:
-        with self._locked() as held:
-            return [dict(lease) for lease in held]
+        with self._locked() as state:
+            return [dict(lease) for lease in state["leases"]]
+
+    def queued(self) -> list[str]:
+        """The labels of the requests waiting, first in line first."""
+        with self._locked() as state:
+            return [w["label"] for w in state["queue"]]
 
     @contextlib.contextmanager
-    def _locked(self) -> Iterator[list[dict]]:
-        """The live leases, to read and change; written back on exit. A dead holder's lease is dropped."""
+    def _locked(self) -> Iterator[dict[str, list[dict]]]:
+        """The live leases and waiting requests, to read and change; written back on exit (atomically: a
+        reader never sees half a file). Entries of a dead process are dropped."""
         with locks.file_lock(self.path.with_name(self.path.name + ".lock")):
             try:
                 data = json.loads(self.path.read_text())
             except (FileNotFoundError, json.JSONDecodeError):
                 data = {}
-            held = [lease for lease in data.get("leases", []) if owner_alive(lease.get("owner"))]
-            yield held
+            state = {key: [e for e in data.get(key, []) if owner_alive(e.get("owner"))] for key in ("leases", "queue")}
+            yield state
             tmp = self.path.with_name(self.path.name + ".tmp")
-            tmp.write_text(json.dumps({"leases": held}, indent=1))
+            tmp.write_text(json.dumps(state, indent=1))
             tmp.replace(self.path)

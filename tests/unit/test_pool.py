@@ -4,6 +4,7 @@ lease file that keeps processes on one node from ever being handed the same unit
 from __future__ import annotations
 
 import json
+import time
 import random
 import subprocess
 import sys
@@ -120,3 +121,24 @@ def test_what_a_config_takes_from_the_pool():
     assert cores.need(0, llamacpp.cpus_needed({"threads": 4, "threads_batch": 6})) == 6
     assert cores.need(0, llamacpp.cpus_needed({})) == 16  # llama.cpp's default: every core
     assert cores.need(0, llamacpp.cpus_needed({"threads": 64})) == 16
+
+
+def test_first_come_first_served_so_a_big_trial_is_not_starved(tmp_path):
+    import threading
+
+    leases = Leases(Pool.of_gpus(2), tmp_path)
+    small = leases.acquire(1, "tp1-running")
+    got: dict[str, tuple[int, ...]] = {}
+    big = threading.Thread(target=lambda: got.setdefault("tp2", leases.acquire(2, "tp2-waits")))
+    big.start()
+    while not leases.queued():  # the TP2 request is queued behind the running TP1
+        time.sleep(0.01)
+    late: list[str] = []
+    # A TP1 request that arrives later may not take the free GPU: the TP2 request is ahead of it.
+    with pytest.raises(InterruptedError):
+        leases.acquire(1, "tp1-late", waiting=late.append, stop=lambda: True)
+    assert late == ["waiting for 1 GPU unit(s): 1 of 2 free, 1 request(s) ahead"]
+    assert leases.queued() == ["tp2-waits"]  # giving up left the queue
+    leases.release(small)
+    big.join(timeout=10)
+    assert got["tp2"] == (0, 1) and leases.queued() == []
