@@ -2,9 +2,9 @@
 CPU-only machine, CPU cores (each llama-server trial gets as many cores as its threads).
 
 `pack` is the pure part: which free units a trial of `need` units gets. `Leases` keeps who holds what in
-a JSON file under a lock, shared by every autotuner process on the node (the `--parallel` workers, and
-separate `autotuner run`s of other studies), so no unit is ever given twice; a lease whose holder died is
-taken back.
+a JSON file under a lock, shared by every autotuner process of this user on the node (the `--parallel`
+workers, and separate `autotuner run`s of other studies), so no unit is ever given twice; a lease whose
+holder died is taken back.
 """
 
 from __future__ import annotations
@@ -12,6 +12,8 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import socket
+import tempfile
 import time
 import uuid
 from collections.abc import Callable, Iterator, Sequence
@@ -22,6 +24,14 @@ from autotuner import locks
 from autotuner.launchers._base import owner_alive, this_owner
 
 POLL_S = 0.5
+
+
+def default_dir() -> Path:
+    """Where a node's leases live: $AUTOTUNER_POOL_DIR, else a per-user folder in the node's temp dir
+    (node-local, unlike a home folder that several nodes may share)."""
+    if env := os.environ.get("AUTOTUNER_POOL_DIR"):
+        return Path(env)
+    return Path(tempfile.gettempdir()) / f"autotuner-pool-{os.getuid()}"
 
 
 @dataclass(frozen=True)
@@ -52,48 +62,51 @@ class Pool:
 
 
 def pack(units: Sequence[int], busy: set[int], need: int) -> tuple[int, ...] | None:
-    """The units (of `units`, in pool order) a trial needing `need` gets, or None when too few are free.
+    """The ids (of `units`) a trial needing `need` gets, or None when too few are free.
 
-    Neighbouring GPUs usually share the fastest links (NVLink pairs, one PCIe switch), so a trial gets an
-    aligned block when one is free (a TP2 trial: 0-1, 2-3, ...), else a contiguous run, else any units.
-    Among equal choices the one in the smallest free stretch wins (best fit), keeping big blocks whole
-    for the big trials still to come.
+    Neighbouring GPU ids usually share the fastest links (NVLink pairs, one PCIe switch), so a trial
+    gets a block aligned on the ids when one is free (a TP2 trial: 0-1, 2-3, ...; a TP4 trial: 0-3,
+    4-7), else a run of consecutive ids, else any free ids. Among equal choices the one in the smallest
+    free stretch wins (best fit), keeping big blocks whole for the big trials still to come.
     """
-    free = [u not in busy for u in units]
-    if need <= 0 or need > sum(free):
+    free = set(units) - busy
+    if need <= 0 or need > len(free):
         return None
+
+    def whole(start: int, size: int) -> bool:
+        return all(start + i in free for i in range(size))
+
     if need & (need - 1) == 0:  # a power of two: aligned blocks
-        blocks = [i for i in range(0, len(units) - need + 1, need) if all(free[i:i + need])]
+        blocks = [s for s in sorted(free) if s % need == 0 and whole(s, need)]
         if blocks:
-            best = min(blocks, key=lambda i: (_aligned_free_size(free, i, need), i))
-            return tuple(units[best:best + need])
-    runs = [i for i in range(len(units) - need + 1) if all(free[i:i + need])]
+            best = min(blocks, key=lambda s: (_aligned_free_size(whole, s, need), s))
+            return tuple(range(best, best + need))
+    runs = [s for s in sorted(free) if whole(s, need)]
     if runs:
-        best = min(runs, key=lambda i: (_run_length(free, i), i))
-        return tuple(units[best:best + need])
-    return tuple([u for u, f in zip(units, free) if f][:need])
+        best = min(runs, key=lambda s: (_run_length(free, s), s))
+        return tuple(range(best, best + need))
+    return tuple(sorted(free)[:need])
 
 
-def _aligned_free_size(free: list[bool], start: int, size: int) -> int:
+def _aligned_free_size(whole: Callable[[int, int], bool], start: int, size: int) -> int:
     """The largest fully free aligned block that contains the block at `start` (the buddy allocator's
     view): the smaller, the better the fit."""
     while True:
         bigger = size * 2
         begin = start - start % bigger
-        if bigger > len(free) or begin + bigger > len(free) or not all(free[begin:begin + bigger]):
+        if not whole(begin, bigger):
             return size
         start, size = begin, bigger
 
 
-def _run_length(free: list[bool], start: int) -> int:
-    """Length of the maximal free run around index `start`."""
-    lo = start
-    while lo > 0 and free[lo - 1]:
+def _run_length(free: set[int], start: int) -> int:
+    """Length of the run of consecutive free ids around `start`."""
+    lo, hi = start, start
+    while lo - 1 in free:
         lo -= 1
-    hi = start
-    while hi < len(free) and free[hi]:
+    while hi + 1 in free:
         hi += 1
-    return hi - lo
+    return hi - lo + 1
 
 
 class PoolTooSmall(Exception):
@@ -106,9 +119,10 @@ class Leases:
     a TP8 trial is not starved by a stream of TP1 trials (the price: units may idle while it waits for
     running trials to end)."""
 
-    def __init__(self, pool: Pool, directory: Path, owner: str | None = None):
+    def __init__(self, pool: Pool, directory: Path | None = None, owner: str | None = None):
         self.pool = pool
-        self.path = directory / f"{pool.kind}.json"
+        # One file per host: a folder shared by several nodes (an NFS home) must not mix their GPU 0s.
+        self.path = (directory or default_dir()) / f"{pool.kind}-{socket.gethostname()}.json"
         self.owner = owner or this_owner()
 
     @contextlib.contextmanager
@@ -135,15 +149,18 @@ class Leases:
                 with self._locked() as state:
                     queue = state["queue"]
                     if not any(w["ticket"] == ticket for w in queue):
-                        queue.append({"ticket": ticket, "owner": self.owner, "need": need, "label": label})
+                        queue.append({"ticket": ticket, "owner": self.owner, "need": need, "label": label,
+                                      "pool": list(self.pool.units)})
+                    mine = next(i for i, w in enumerate(queue) if w["ticket"] == ticket)
+                    # Only requests for some of the same units stand in line before this one.
+                    ahead = sum(1 for w in queue[:mine] if set(w.get("pool", ())) & set(self.pool.units))
                     busy = {u for lease in state["leases"] for u in lease["units"]}
-                    units = pack(self.pool.units, busy, need) if queue[0]["ticket"] == ticket else None
+                    units = None if ahead else pack(self.pool.units, busy, need)
                     if units is not None:
-                        queue.pop(0)
+                        queue.pop(mine)
                         state["leases"].append({"units": list(units), "owner": self.owner, "label": label,
                                                 "since": time.time()})
                         return units
-                    ahead = next(i for i, w in enumerate(queue) if w["ticket"] == ticket)
                 if not told:
                     free = len(set(self.pool.units) - busy)
                     waiting(f"waiting for {need} {self.pool.kind.upper()} unit(s): {free} of "

@@ -4,6 +4,7 @@ lease file that keeps processes on one node from ever being handed the same unit
 from __future__ import annotations
 
 import json
+import tempfile
 import time
 import random
 import subprocess
@@ -88,8 +89,10 @@ def test_a_dead_holders_lease_is_taken_back(tmp_path):
     pool = Pool.of_cpus([0, 1])
     dead = subprocess.run([sys.executable, "-c", "from autotuner.launchers._base import this_owner; "
                            "print(this_owner())"], capture_output=True, text=True, check=True).stdout.strip()
-    (tmp_path / "cpu.json").write_text(json.dumps({"leases": [{"units": [0, 1], "owner": dead, "label": "x"}]}))
-    assert Leases(pool, tmp_path).acquire(2, "mine") == (0, 1)
+    leases = Leases(pool, tmp_path)
+    leases.path.write_text(json.dumps({"leases": [{"units": [0, 1], "owner": dead, "label": "x"}],
+                                       "queue": [{"ticket": "t", "owner": dead, "need": 1, "pool": [0, 1]}]}))
+    assert leases.acquire(2, "mine") == (0, 1)
 
 
 def test_a_trial_bigger_than_the_pool_is_refused_at_once(tmp_path):
@@ -131,7 +134,9 @@ def test_first_come_first_served_so_a_big_trial_is_not_starved(tmp_path):
     got: dict[str, tuple[int, ...]] = {}
     big = threading.Thread(target=lambda: got.setdefault("tp2", leases.acquire(2, "tp2-waits")))
     big.start()
+    deadline = time.monotonic() + 30
     while not leases.queued():  # the TP2 request is queued behind the running TP1
+        assert time.monotonic() < deadline
         time.sleep(0.01)
     late: list[str] = []
     # A TP1 request that arrives later may not take the free GPU: the TP2 request is ahead of it.
@@ -142,3 +147,40 @@ def test_first_come_first_served_so_a_big_trial_is_not_starved(tmp_path):
     leases.release(small)
     big.join(timeout=10)
     assert got["tp2"] == (0, 1) and leases.queued() == []
+
+
+def test_pools_that_share_no_unit_do_not_wait_for_each_other(tmp_path):
+    low, high = Leases(Pool.of_gpus([0, 1]), tmp_path), Leases(Pool.of_gpus([2, 3]), tmp_path)
+    held = low.acquire(2, "low-running")
+    with pytest.raises(InterruptedError):  # queued behind the running one, then gives up...
+        low.acquire(2, "low-waits", stop=lambda: True)
+    import threading
+
+    waiter = threading.Thread(target=lambda: low.acquire(1, "low-queued"), daemon=True)
+    waiter.start()
+    deadline = time.monotonic() + 30
+    while low.queued() != ["low-queued"]:
+        assert time.monotonic() < deadline
+        time.sleep(0.01)
+    assert high.acquire(2, "high") == (2, 3)  # ...while a request on other GPUs goes ahead at once
+    low.release(held)
+    waiter.join(timeout=10)
+    assert not waiter.is_alive()
+
+
+def test_leases_are_per_host_files_in_a_node_local_folder(tmp_path, monkeypatch):
+    import socket
+
+    from autotuner.pool import default_dir
+
+    monkeypatch.delenv("AUTOTUNER_POOL_DIR", raising=False)
+    assert str(default_dir()).startswith(tempfile.gettempdir())
+    monkeypatch.setenv("AUTOTUNER_POOL_DIR", str(tmp_path))
+    assert Leases(Pool.of_gpus(2)).path == tmp_path / f"gpu-{socket.gethostname()}.json"
+
+
+def test_a_pool_of_ids_is_aligned_on_the_ids_not_on_positions():
+    pool = tuple(range(1, 8))  # GPU 0 is someone else's
+    assert pack(pool, set(), 2) == (2, 3)
+    assert pack(pool, set(), 4) == (4, 5, 6, 7)
+    assert pack(pool, {4}, 4) == (1, 2, 3, 5)  # no run of four left: the lowest free ids
