@@ -37,11 +37,15 @@ def recover_stale_trials(study: optuna.Study) -> list[int]:
     for trial in study.get_trials(deepcopy=False, states=(TrialState.RUNNING,)):
         worker = trial.user_attrs.get(WORKER_ATTR)
         if worker and _worker_gone(worker):
-            storage.set_trial_user_attr(trial._trial_id, "failure_class", "interrupted")
-            storage.set_trial_user_attr(trial._trial_id, "failure_reason", f"the tuner running it ({worker}) was killed")
-            if storage.set_trial_state_values(trial._trial_id, TrialState.FAIL):
-                retry(study, storage.get_trial(trial._trial_id))
-                failed.append(trial.number)
+            try:
+                storage.set_trial_user_attr(trial._trial_id, "failure_class", "interrupted")
+                storage.set_trial_user_attr(trial._trial_id, "failure_reason",
+                                            f"the tuner running it ({worker}) was killed")
+                if storage.set_trial_state_values(trial._trial_id, TrialState.FAIL):
+                    retry(study, storage.get_trial(trial._trial_id))
+                    failed.append(trial.number)
+            except optuna.exceptions.UpdateFinishedTrialError:
+                continue  # another worker failed (and queued) it a moment ago
     # Workers on other hosts: Optuna's heartbeat decides, and calls the same retry callback.
     failed += [n for n in _fail_stale_by_heartbeat(study)]
     return failed

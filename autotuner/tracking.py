@@ -23,7 +23,7 @@ import json
 import logging
 import os
 import time
-from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TypeVar
@@ -172,16 +172,13 @@ class MlflowTracker:
 
     # --- study ----------------------------------------------------------------------------------------
 
-    def start_study(self, study_name: str, params: Mapping[str, Any], tags: Mapping[str, str],
-                    running: Collection[int] | None = None) -> str | None:
-        """Create the study's experiment and parent run, or continue them. Given the trials `running` in
-        the study, closes the other trial runs still open (a killed tuner's); live workers' runs stay."""
+    def start_study(self, study_name: str, params: Mapping[str, Any], tags: Mapping[str, str]) -> str | None:
+        """Create the study's experiment and parent run, or continue them. (Trial runs a killed tuner left
+        open are closed by `backfill`, with how the Optuna storage says their trials ended.)"""
         self._study = (study_name, params, tags)
-        live = None if running is None else set(running)
-        return self._safe("start study", lambda: self._start_study(study_name, params, tags, live))
+        return self._safe("start study", lambda: self._start_study(study_name, params, tags))
 
-    def _start_study(self, study_name: str, params: Mapping[str, Any], tags: Mapping[str, str],
-                     running: set[int] | None) -> str:
+    def _start_study(self, study_name: str, params: Mapping[str, Any], tags: Mapping[str, str]) -> str:
         exp = self.client.get_experiment_by_name(study_name)
         if exp is None:
             location = (self._artifact_root / study_name).as_uri() if self._artifact_root else None
@@ -198,8 +195,6 @@ class MlflowTracker:
         if found:
             self.parent_run_id = found[0].info.run_id
             self.client.update_run(self.parent_run_id, status="RUNNING")
-            if running is not None:
-                self._close_orphans(running)
             return self.parent_run_id
         run = self.client.create_run(self.experiment_id, run_name=study_name,
                                      tags={ROLE_TAG: "study", STUDY_TAG: study_name, **tags})
@@ -218,14 +213,6 @@ class MlflowTracker:
             [self.experiment_id], filter_string=f"tags.`{ROLE_TAG}` = 'study' and tags.`{STUDY_TAG}` = '{study_name}'",
             max_results=100)
         return sorted(runs, key=lambda r: (r.info.start_time, r.info.run_id))
-
-    def _close_orphans(self, running: set[int]) -> None:
-        """A trial run still RUNNING whose trial is not running any more belongs to a tuner that was killed."""
-        for run in self._trial_runs(status="RUNNING"):
-            if run.data.tags.get("autotuner.trial", "").isdigit() and int(run.data.tags["autotuner.trial"]) in running:
-                continue
-            self.client.set_tag(run.info.run_id, "autotuner.state", "KILLED")
-            self.client.set_terminated(run.info.run_id, status="KILLED")
 
     def _trial_runs(self, status: str | None = None) -> list[Any]:
         query = f"tags.`mlflow.parentRunId` = '{self.parent_run_id}'"

@@ -128,11 +128,11 @@ class Tuner:
             progress.note(f"removed {len(reaped)} engine(s) left by an interrupted run: {', '.join(reaped)}")
         self.tracker.warn = progress.note
         study_params = {k: self.redact.text(str(v)) for k, v in self._study_params().items()}
-        self.tracker.start_study(self.cfg.study_name, params=study_params, tags=self._common_tags(),
-                                 running=self._running_trials())
-        self._sync_tracking(force=True)
-        with locks.creating(self.cfg.study.storage):  # two tuners starting at once queue the baseline once
+        # Workers starting at once: one queues the baseline, and all continue one MLflow parent run.
+        with locks.creating(self.cfg.study.storage):
+            self.tracker.start_study(self.cfg.study_name, params=study_params, tags=self._common_tags())
             self._enqueue_first_trials()
+        self._sync_tracking(force=True)  # what a killed tuner left open is logged with how it ended
         self.artifacts.start()
         deadline = time.monotonic() + timeout_s if timeout_s else None
         self._stop = StopRequests(on_first=lambda name: progress.note(
@@ -145,10 +145,7 @@ class Tuner:
                     if deadline and time.monotonic() >= deadline:
                         progress.note(f"time budget of {timeout_s:g} s spent after {index - 1} trial(s)")
                         break
-                    if gone := recover_stale_trials(self.study):  # a worker died: its trial runs again
-                        progress.note(f"trial(s) {', '.join(f'#{n}' for n in gone)}: the worker is gone; "
-                                      "failed and queued again")
-                        self._sync_tracking(force=True)  # their MLflow runs are closed with the failure
+                    self._recover_dead_workers(progress)
                     self._run_trial(index, progress)
                     self.artifacts.after_trial()
                     if decision := self._stop_decision():
@@ -156,6 +153,7 @@ class Tuner:
                         self.study.set_user_attr("stop_reason", decision.message)
                         break
                 if not self._stop.requested and self.cfg.confirm.top_k:
+                    self._recover_dead_workers(progress)  # a dead worker's trial is not "still running"
                     if others := self._running_trials():
                         progress.note(f"trial(s) {', '.join(f'#{n}' for n in others)} still run on other "
                                       "worker(s): the last worker to finish confirms the best")
@@ -172,6 +170,15 @@ class Tuner:
         if not self._running_trials():  # the parent run stays open while other workers still add trials
             self.tracker.end_study("FINISHED")
         return self.study
+
+    def _recover_dead_workers(self, progress: Progress) -> None:
+        """Between trials: fail and queue again the trials of workers that died, remove their engines
+        (a container does not die with its worker) and close their MLflow runs."""
+        gone = recover_stale_trials(self.study)
+        if gone:
+            progress.note(f"trial(s) {', '.join(f'#{n}' for n in gone)}: the worker is gone; failed and queued again")
+            self.launcher.reap(self.labels)
+            self._sync_tracking(force=True)
 
     def _running_trials(self) -> list[int]:
         """Trials other workers are running now (this worker runs none between its trials)."""
@@ -228,7 +235,8 @@ class Tuner:
                 _, result = self._launch_and_measure(None, {} if t.user_attrs.get("baseline") else dict(t.params),
                                                      None, self.workdir / label, progress, timings, label)
                 values.append(result.value if result.state == "COMPLETE" else None)
-                done[str(t.number)] = values
+                # Another worker may have confirmed other configs meanwhile: merge, do not overwrite.
+                done = {**dict(self.study.user_attrs.get("confirmation") or {}), str(t.number): values}
                 self.study.set_user_attr("confirmation", done)
                 shown = f"{result.value:,.1f}" if result.value is not None else f"{result.failure_class}: {result.reason}"
                 progress.note(f"    trial #{t.number} again: {shown} (first: {t.value:,.1f})")
@@ -308,12 +316,14 @@ class Tuner:
         except _Failed as f:
             result = TrialResult("FAIL", failure_class=f.failure_class, reason=f.reason, log_tail=f.log_tail)
         finally:
-            if handle is not None:  # whatever happened: an engine never outlives its trial
-                t = time.perf_counter()
-                self.launcher.stop(handle)
-                timings["stop_s"] = time.perf_counter() - t
-            if units and self.pool is not None:
-                self.pool.release(units)
+            try:
+                if handle is not None:  # whatever happened: an engine never outlives its trial
+                    t = time.perf_counter()
+                    self.launcher.stop(handle)
+                    timings["stop_s"] = time.perf_counter() - t
+            finally:
+                if units and self.pool is not None:  # even when stopping failed: the lease is not kept
+                    self.pool.release(units)
         if handle is not None:  # what identifies the launch: image, container, the docker run line
             result.launch_tags, result.launch_artifacts = dict(handle.tags), dict(handle.artifacts)
         return command, result

@@ -21,9 +21,23 @@ def split(trials: int, workers: int) -> list[int]:
     return [trials // workers + (i < trials % workers) for i in range(workers)]
 
 
+# Loaded here, not between fork and exec: dlopen in a forked child of a threaded process can deadlock.
+_LIBC = ctypes.CDLL("libc.so.6", use_errno=True) if sys.platform.startswith("linux") else None
+
+
 def _term_with_parent() -> None:  # in the worker, between fork and exec
-    if sys.platform.startswith("linux"):
-        ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
+    if _LIBC is not None:
+        _LIBC.prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
+
+
+def exit_code(codes: Sequence[int]) -> int:
+    """The run's exit code from the workers': 0 when all succeeded; 130 when every failure was an
+    interruption (Ctrl-C, SIGTERM); else the worst. A worker killed by a signal counts as 128 + signal."""
+    failed = [128 - c if c < 0 else c for c in codes if c]
+    if not failed:
+        return 0
+    interrupted = {130, 128 + signal.SIGINT, 128 + signal.SIGTERM}
+    return 130 if all(c in interrupted for c in failed) else max(c for c in failed if c not in interrupted)
 
 
 def run_workers(argv: Callable[[str, int], Sequence[str]], trials: int, workers: int,
@@ -32,8 +46,10 @@ def run_workers(argv: Callable[[str, int], Sequence[str]], trials: int, workers:
     shares = [(f"w{i + 1}", n) for i, n in enumerate(split(trials, workers)) if n]
     note(f"{len(shares)} workers on one study: " + ", ".join(f"{name} runs {n} trial(s)" for name, n in shares))
     procs: list[subprocess.Popen] = []
+    received: list[int] = []
 
     def forward(signum: int, _frame: object) -> None:
+        received.append(signum)
         for p in procs:
             if p.poll() is None:
                 p.send_signal(signum)
@@ -41,11 +57,11 @@ def run_workers(argv: Callable[[str, int], Sequence[str]], trials: int, workers:
     previous = {s: signal.signal(s, forward) for s in (signal.SIGINT, signal.SIGTERM)}  # before any worker runs
     try:
         for name, n in shares:
+            if received:  # stopped while starting them: the rest never start
+                break
             procs.append(subprocess.Popen(list(argv(name, n)), start_new_session=True, preexec_fn=_term_with_parent))
         codes = [p.wait() for p in procs]
     finally:
         for s, handler in previous.items():
             signal.signal(s, handler)
-    if 130 in codes:
-        return 130
-    return max(codes)
+    return 130 if received and not procs else exit_code(codes)

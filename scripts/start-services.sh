@@ -8,7 +8,9 @@
 #   export AUTOTUNER_MLFLOW_URI=http://127.0.0.1:PORT
 set -euo pipefail
 cd "$(dirname "$0")/.."
-dir="${AUTOTUNER_SERVICES_DIR:-${XDG_RUNTIME_DIR:-/tmp}/autotuner-services}"
+# As root, not under XDG_RUNTIME_DIR (mode 0700): the postgres user must reach its data folder.
+if [ "$(id -u)" = 0 ]; then default_dir=/tmp/autotuner-services; else default_dir="${XDG_RUNTIME_DIR:-/tmp}/autotuner-services"; fi
+dir="${AUTOTUNER_SERVICES_DIR:-$default_dir}"
 pg_port="${AUTOTUNER_PG_PORT:-55432}"
 mlflow_port="${AUTOTUNER_MLFLOW_PORT:-55000}"
 say() { echo "[start-services] $*" >&2; }
@@ -33,7 +35,7 @@ if ! as_pg "$pg_bin/pg_ctl" -D "$dir/pg/data" status >/dev/null 2>&1; then
   fi
   say "starting PostgreSQL on 127.0.0.1:$pg_port"
   as_pg "$pg_bin/pg_ctl" -D "$dir/pg/data" -l "$dir/pg/log" -w -t 60 \
-    -o "-c listen_addresses=127.0.0.1 -p $pg_port -k $dir/pg -c max_connections=200" start >/dev/null
+    -o "-c listen_addresses=127.0.0.1 -p $pg_port -k '$dir/pg' -c max_connections=200" start >/dev/null
 fi
 for db in autotuner mlflow; do
   PGPASSWORD=autotuner psql -h 127.0.0.1 -p "$pg_port" -U autotuner -d postgres -tAc \
@@ -42,19 +44,25 @@ for db in autotuner mlflow; do
 done
 
 mlflow_uri="http://127.0.0.1:$mlflow_port"
-answers() { curl -fsS -m 3 "$mlflow_uri/health" >/dev/null 2>&1; }
+# Python's urllib, not curl: a fresh machine may have no curl.
+answers() { .venv/bin/python -c "import urllib.request as u; u.urlopen('$mlflow_uri/health', timeout=3)" >/dev/null 2>&1; }
 if ! { [ -f "$dir/mlflow.pid" ] && kill -0 "$(cat "$dir/mlflow.pid")" 2>/dev/null && answers; }; then
   say "starting the MLflow tracking server on $mlflow_uri"
   mkdir -p "$dir/mlflow-artifacts"
   setsid .venv/bin/mlflow server --backend-store-uri "$url/mlflow" --artifacts-destination "$dir/mlflow-artifacts" \
     --host 127.0.0.1 --port "$mlflow_port" --workers 2 >"$dir/mlflow.log" 2>&1 </dev/null &
-  echo $! > "$dir/mlflow.pid"
+  pid=$!
+  echo "$pid" > "$dir/mlflow.starting.pid"  # for stop-services.sh, should this script be stopped now
   for _ in $(seq 120); do
     answers && break
-    kill -0 "$(cat "$dir/mlflow.pid")" 2>/dev/null || { say "the MLflow server exited:"; tail -n 20 "$dir/mlflow.log" >&2; exit 1; }
+    kill -0 "$pid" 2>/dev/null || { say "the MLflow server exited:"; tail -n 20 "$dir/mlflow.log" >&2; exit 1; }
     sleep 1
   done
-  answers || { say "the MLflow server did not answer in 120 s:"; tail -n 20 "$dir/mlflow.log" >&2; exit 1; }
+  if ! answers; then
+    say "the MLflow server did not answer in 120 s:"; tail -n 20 "$dir/mlflow.log" >&2
+    kill -- -"$pid" 2>/dev/null; exit 1
+  fi
+  mv "$dir/mlflow.starting.pid" "$dir/mlflow.pid"
 fi
 echo "export AUTOTUNER_POSTGRES_URL=$url/autotuner"
 echo "export AUTOTUNER_MLFLOW_URI=$mlflow_uri"

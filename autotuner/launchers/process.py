@@ -32,9 +32,13 @@ class _NotReady(Exception):
     pass
 
 
+# Loaded here, not between fork and exec: dlopen in a forked child of a threaded process can deadlock.
+_LIBC = ctypes.CDLL("libc.so.6", use_errno=True) if sys.platform.startswith("linux") else None
+
+
 def _die_with_parent() -> None:  # runs in the child between fork and exec
-    if sys.platform.startswith("linux"):
-        ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
+    if _LIBC is not None:
+        _LIBC.prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
 
 
 def _child_setup(cpu_ids: tuple[int, ...]) -> Callable[[], None]:

@@ -42,7 +42,8 @@ confirm: {{top_k: 1, repeats: 1}}
 
 def _worker(tmp_path: Path, services: dict[str, str], *args: str, out: str) -> subprocess.Popen:
     # The unique folder in the environment lets the test find every process the worker started.
-    env = {**os.environ, "PYTHONPATH": str(REPO), "NO_COLOR": "1", "COLUMNS": "200", "AUTOTUNER_TEST_TAG": str(tmp_path)}
+    env = {**os.environ, "PYTHONPATH": str(REPO), "NO_COLOR": "1", "COLUMNS": "200", "AUTOTUNER_TEST_TAG": str(tmp_path),
+           "AUTOTUNER_POOL_DIR": str(tmp_path / "pool")}  # not the node's: another run must not hold this test up
     return subprocess.Popen(
         [sys.executable, "-m", "autotuner.cli", "run", "--experiment", "exp.yaml", "--storage", services["storage"],
          "--tracking-uri", services["tracking_uri"], *args],

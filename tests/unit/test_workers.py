@@ -37,3 +37,12 @@ def test_a_sigterm_to_the_parent_reaches_every_worker_and_their_codes_come_back(
     assert sorted(p.name for p in tmp_path.iterdir()) == ["w1", "w2"]
     assert notes == ["2 workers on one study: w1 runs 3 trial(s), w2 runs 2 trial(s)"]
     assert signal.getsignal(signal.SIGTERM) is not None  # the parent's own handler is back
+
+
+def test_the_runs_exit_code_from_the_workers():
+    from autotuner.workers import exit_code
+
+    assert exit_code([0, 0, 0]) == 0
+    assert exit_code([0, 130, -signal.SIGTERM]) == 130  # interrupted, however each one ended
+    assert exit_code([0, -signal.SIGKILL]) == 128 + signal.SIGKILL  # a worker killed (OOM) is a failure
+    assert exit_code([130, 2]) == 2  # a real failure beats an interruption
