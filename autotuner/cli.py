@@ -31,6 +31,8 @@ def run(
     target: Optional[float] = typer.Option(None, "--target", help="End the study once the objective reaches this value."),
     patience: Optional[int] = typer.Option(None, "--patience", min=1,
                                            help="End the study when the best has not improved beyond noise for this many trials."),
+    max_trials: Optional[int] = typer.Option(None, "--max-trials", min=1, help="End the study once it holds this "
+                                             "many trials, over every worker on it (--trials: this invocation's)."),
     storage: Optional[str] = typer.Option(None, "--storage", help="Optuna storage URL (overrides the experiment)."),
     seed: Optional[int] = typer.Option(None, "--seed", help="Sampler seed (overrides the experiment); give each "
                                        "machine's worker on one study its own."),
@@ -56,7 +58,7 @@ def run(
     try:
         exp = load_experiment(experiment)
         exp = _override(exp, study={"storage": storage, "seed": _worker_seed(exp, seed, worker)},
-                        stop={"target": target, "patience": patience})
+                        stop={"target": target, "patience": patience, "max_trials": max_trials})
         if dry_run:
             _dry_run(exp, trials)
             return
@@ -74,7 +76,7 @@ def run(
     if parallel > 1 and worker is None:
         from autotuner.workers import run_workers
 
-        options = {"--storage": storage, "--seed": seed, "--tracking-uri": tracking_uri, "--target": target, "--patience": patience,
+        options = {"--storage": storage, "--seed": seed, "--max-trials": max_trials, "--tracking-uri": tracking_uri, "--target": target, "--patience": patience,
                    "--timeout": timeout, "--gpus": gpus, "--results": results, "--parallel": parallel}
         given = [str(x) for k, v in options.items() if v is not None for x in (k, v)]
         code = run_workers(lambda name, n: [sys.executable, "-m", "autotuner.cli", "run", "--experiment",

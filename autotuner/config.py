@@ -272,6 +272,9 @@ class StopConfig(_Strict):
         None, gt=0, description="Stop when the best has not improved by more than the noise for this many trials.")
     min_improvement: float = Field(
         0.05, ge=0, le=1, description="Relative noise floor used until repeated measurements give a better one.")
+    max_trials: int | None = Field(
+        None, gt=0, description="End the study once it holds this many trials, counted over every worker "
+        "(--trials counts one invocation's).")
 
 
 class ConfirmConfig(_Strict):

@@ -146,6 +146,11 @@ class Tuner:
                         progress.note(f"time budget of {timeout_s:g} s spent after {index - 1} trial(s)")
                         break
                     self._recover_dead_workers(progress)
+                    if (cap := self.cfg.stop.max_trials) and self._trials_in_study() >= cap:
+                        message = f"the study holds its {cap} trials (stop.max_trials)"
+                        progress.note(f"stopping: {message}")
+                        self.study.set_user_attr("stop_reason", message)
+                        break
                     self._run_trial(index, progress)
                     self.artifacts.after_trial()
                     if decision := self._stop_decision():
@@ -179,6 +184,11 @@ class Tuner:
             progress.note(f"trial(s) {', '.join(f'#{n}' for n in gone)}: the worker is gone; failed and queued again")
             self.launcher.reap(self.labels)
             self._sync_tracking(force=True)
+
+    def _trials_in_study(self) -> int:
+        """Trials run or running, by every worker; one that was interrupted and queued again counts once."""
+        return sum(1 for t in self.study.get_trials(deepcopy=False)
+                   if t.state != TrialState.WAITING and t.user_attrs.get("failure_class") != "interrupted")
 
     def _running_trials(self) -> list[int]:
         """Trials other workers are running now (this worker runs none between its trials)."""

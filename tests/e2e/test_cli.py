@@ -8,6 +8,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import optuna
 import pytest
 
 REPO = Path(__file__).resolve().parents[2]
@@ -175,3 +176,24 @@ def test_second_ctrl_c_stops_at_once_and_the_interrupted_trial_is_retried(tmp_pa
     trials = _study(tmp_path, "ctrlc").get_trials()
     assert [t.state.name for t in trials] == ["FAIL", "COMPLETE"]
     assert trials[1].user_attrs["baseline"] is True and trials[1].user_attrs["retry_of"] == 0
+
+
+@pytest.mark.engine
+def test_max_trials_caps_the_study_however_many_invocations_add_to_it(tmp_path, tiny_model, llama_server):
+    (tmp_path / "s.yaml").write_text((REPO / "search_spaces" / "llamacpp.yaml").read_text())
+    (tmp_path / "exp.yaml").write_text(f"""\
+name: capped
+engine: llamacpp
+model: {{path: {tiny_model}}}
+search_space: s.yaml
+workload: {{num_prompts: 4, input_len: 8, output_len: 8, warmup_requests: 0}}
+load: {{max_concurrency: [2]}}
+""")
+    first = autotuner("run", "--experiment", "exp.yaml", "--trials", "5", "--max-trials", "2", cwd=tmp_path)
+    assert first.returncode == 0, first.stderr[-3000:]
+    assert "stopping: the study holds its 2 trials (stop.max_trials)" in first.stderr
+    again = autotuner("run", "--experiment", "exp.yaml", "--trials", "5", "--max-trials", "3", cwd=tmp_path)
+    assert again.returncode == 0, again.stderr[-3000:]
+    assert "[trial 1/5 · #2]" in again.stderr and "#3]" not in again.stderr  # one more, to three in all
+    study = optuna.load_study(study_name="capped", storage=f"sqlite:///{tmp_path}/autotuner.db")
+    assert len(study.trials) == 3
