@@ -17,11 +17,43 @@ from __future__ import annotations
 
 import os
 import socket
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
 
+import httpx
+from tenacity import RetryError, Retrying, retry_if_exception_type, stop_after_delay, wait_fixed
+
 from autotuner.engines._base import LaunchContext, LaunchSpec
+
+
+class NotReady(Exception):
+    """The server does not answer yet (a launcher's liveness check may raise it to skip the probe)."""
+
+
+def wait_healthy(url: str, timeout_s: float, *, check: Callable[[], None], log_tail: Callable[[], str],
+                 poll_s: float = 0.1) -> None:
+    """Poll `url` until it answers 200. Before each probe `check()` raises EngineExited when the server
+    is gone (so an exit fails at once, not at the timeout) or NotReady when it cannot be reached yet.
+    Raises StartupTimeout, with `log_tail()`, after `timeout_s`."""
+    def probe(client: httpx.Client) -> None:
+        check()
+        try:
+            if client.get(url).status_code == 200:
+                return
+        except httpx.TransportError:
+            pass
+        raise NotReady
+
+    with httpx.Client(timeout=2.0, trust_env=False) as client:
+        try:
+            for attempt in Retrying(stop=stop_after_delay(timeout_s), wait=wait_fixed(poll_s),
+                                    retry=retry_if_exception_type(NotReady)):
+                with attempt:
+                    probe(client)
+        except RetryError:
+            raise StartupTimeout(f"server not ready after {timeout_s:g} s", log_tail()) from None
 
 
 class LaunchError(Exception):

@@ -33,15 +33,13 @@ from pathlib import Path, PurePosixPath
 from typing import Any
 
 import docker
-import httpx
 from docker.errors import APIError, DockerException, ImageNotFound, NotFound
 from docker.types import DeviceRequest, Mount
-from tenacity import RetryError, Retrying, retry_if_exception_type, stop_after_delay, wait_fixed
 
 from autotuner.config import DockerConfig
 from autotuner.engines._base import Engine, LaunchContext, LaunchSpec
-from autotuner.launchers._base import (EngineExited, Handle, LaunchError, StartupTimeout, owner_alive, tail,
-                                       this_owner)
+from autotuner.launchers._base import (EngineExited, Handle, LaunchError, NotReady, owner_alive, tail, this_owner,
+                                       wait_healthy)
 
 OWNER_LABEL = "autotuner.owner"  # host:pid:start of the tuner that started the container
 
@@ -52,10 +50,6 @@ _LOG_JOIN_S = 5.0
 
 class DockerSetupError(Exception):
     """The daemon, the image or a mount is not usable. Raised before any trial starts; says what to do."""
-
-
-class _NotReady(Exception):
-    pass
 
 
 def _explain(e: Exception) -> str:
@@ -259,30 +253,16 @@ class DockerLauncher:
 
     def wait_ready(self, handle: Handle, timeout_s: float) -> None:
         container = handle.info["container"]
-        url = handle.base_url + handle.spec.health_path
 
-        def probe(client: httpx.Client) -> None:
+        def check() -> None:
             state = _state(container)
             if state is None or state.get("Status") in ("exited", "dead"):
                 raise self._exited(handle, state)
             if handle.info["host_port"] is None:  # running, yet no published port: never reachable
-                raise _NotReady
-            try:
-                if client.get(url).status_code == 200:
-                    return
-            except httpx.TransportError:
-                pass
-            raise _NotReady
+                raise NotReady
 
-        with httpx.Client(timeout=2.0, trust_env=False) as client:
-            try:
-                for attempt in Retrying(stop=stop_after_delay(timeout_s), wait=wait_fixed(_POLL_S),
-                                        retry=retry_if_exception_type(_NotReady)):
-                    with attempt:
-                        probe(client)
-            except RetryError:
-                raise StartupTimeout(f"server not ready after {timeout_s:g} s",
-                                     self.logs(handle, _FAILURE_TAIL_LINES)) from None
+        wait_healthy(handle.base_url + handle.spec.health_path, timeout_s, check=check, poll_s=_POLL_S,
+                     log_tail=lambda: self.logs(handle, _FAILURE_TAIL_LINES))
 
     def logs(self, handle: Handle, lines: int = 40) -> str:
         """The last lines: from the daemon while the container exists, else from the trial's log file."""

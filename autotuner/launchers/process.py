@@ -17,19 +17,13 @@ import sys
 from collections.abc import Callable
 from pathlib import Path
 
-import httpx
-from tenacity import RetryError, Retrying, retry_if_exception_type, stop_after_delay, wait_fixed
 
 from autotuner.engines._base import LaunchContext, LaunchSpec
-from autotuner.launchers._base import (EngineExited, Handle, StartupTimeout, owner_alive, process_start_time, tail,
-                                       this_owner)
+from autotuner.launchers._base import (EngineExited, Handle, owner_alive, process_start_time, tail, this_owner,
+                                       wait_healthy)
 
 _STOP_GRACE_S = 10.0
 _FAILURE_TAIL_LINES = 120  # enough to reach the telling line above a crash dump
-
-
-class _NotReady(Exception):
-    pass
 
 
 # Loaded here, not between fork and exec: dlopen in a forked child of a threaded process can deadlock.
@@ -83,28 +77,14 @@ class ProcessLauncher:
 
     def wait_ready(self, handle: Handle, timeout_s: float) -> None:
         proc: subprocess.Popen = handle.info["popen"]
-        url = handle.base_url + handle.spec.health_path
 
-        def probe(client: httpx.Client) -> None:
+        def check() -> None:
             if (code := proc.poll()) is not None:
                 raise EngineExited(f"server exited with code {code} while starting", code,
                                    tail(handle.log_path, _FAILURE_TAIL_LINES))
-            try:
-                if client.get(url).status_code == 200:
-                    return
-            except httpx.TransportError:
-                pass
-            raise _NotReady
 
-        with httpx.Client(timeout=2.0, trust_env=False) as client:
-            try:
-                for attempt in Retrying(stop=stop_after_delay(timeout_s), wait=wait_fixed(0.1),
-                                        retry=retry_if_exception_type(_NotReady)):
-                    with attempt:
-                        probe(client)
-            except RetryError:
-                raise StartupTimeout(f"server not ready after {timeout_s:g} s",
-                                     tail(handle.log_path, _FAILURE_TAIL_LINES)) from None
+        wait_healthy(handle.base_url + handle.spec.health_path, timeout_s, check=check,
+                     log_tail=lambda: tail(handle.log_path, _FAILURE_TAIL_LINES))
 
     def logs(self, handle: Handle, lines: int = 40) -> str:
         return tail(handle.log_path, lines)
