@@ -197,3 +197,44 @@ load: {{max_concurrency: [2]}}
     assert "[trial 1/5 · #2]" in again.stderr and "#3]" not in again.stderr  # one more, to three in all
     study = optuna.load_study(study_name="capped", storage=f"sqlite:///{tmp_path}/autotuner.db")
     assert len(study.trials) == 3
+
+
+@pytest.mark.engine
+def test_ctrl_c_twice_stops_every_parallel_worker_and_their_engines(tmp_path, tiny_model, llama_server):
+    import signal
+    import time
+
+    model = tmp_path / "parallel.gguf"
+    model.write_bytes(tiny_model.read_bytes())
+    (tmp_path / "s.yaml").write_text("engine: llamacpp\nparams:\n  parallel: {type: int, low: 1, high: 4}\n"
+                                     "  threads: {type: int, low: 1, high: 1}\n")
+    (tmp_path / "exp.yaml").write_text(
+        f"name: parallel\nengine: llamacpp\nmodel: {{path: {model}}}\nsearch_space: s.yaml\n"
+        "workload: {num_prompts: 100000, input_len: 8, output_len: 16, warmup_requests: 0}\n"
+        "load: {max_concurrency: [2]}\nstudy: {baseline: false}\n")
+    env = {**os.environ, "PYTHONPATH": str(REPO), "NO_COLOR": "1", "AUTOTUNER_POOL_DIR": str(tmp_path / "pool")}
+    proc = subprocess.Popen([sys.executable, "-m", "autotuner.cli", "run", "-e", "exp.yaml", "--trials", "4",
+                             "--parallel", "2"], cwd=tmp_path, env=env, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True)
+    try:
+        deadline = time.monotonic() + 120
+        seen = ""
+        while seen.count("measuring") < 2 and time.monotonic() < deadline and proc.poll() is None:
+            seen += proc.stderr.readline()
+        assert seen.count("measuring") == 2, seen  # both workers measure, side by side on one core each
+        import re
+
+        cores = re.findall(r"on CPU core (\d+)\n", seen)
+        assert len(cores) == 2 and cores[0] != cores[1], seen  # each its own core
+        proc.send_signal(signal.SIGINT)
+        time.sleep(0.5)
+        proc.send_signal(signal.SIGINT)
+        _, err = proc.communicate(timeout=120)
+    finally:
+        proc.kill()
+    assert proc.returncode == 130, seen + err
+    assert "Run the same command to resume" in err
+    assert _processes_using(model) == []
+    trials = _study(tmp_path, "parallel").get_trials()
+    assert sorted(t.state.name for t in trials) == ["FAIL", "FAIL", "WAITING", "WAITING"]  # both queued again
+    assert {t.user_attrs.get("failure_class") for t in trials if t.state.name == "FAIL"} == {"interrupted"}
