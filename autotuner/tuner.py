@@ -411,6 +411,7 @@ class Tuner:
         results: list[LevelResult] = []
         t = time.perf_counter()
         step, level = 0, plan.next_level([])
+        best_so_far: float | None = None  # in a search: the best passing probe's value, reported each step
         while level is not None:
             of = f" [{step + 1}/{plan.total}]" if plan.total > 1 else ""
             progress.phase(f"measuring {level_text(level)}{of} ({w.num_prompts} requests)")
@@ -436,7 +437,11 @@ class Tuner:
             following = plan.next_level(self._records.level_metrics)
             # Optuna takes intermediate values (and prunes) in single-objective studies only.
             if trial is not None and not objective.multi and meets(metrics, objective):
-                trial.report(level_value(metrics, objective), step)
+                value = level_value(metrics, objective)
+                if search:  # probes past the first two are other loads in other trials: compare the best so far
+                    pick = max if objective.direction == "maximize" else min
+                    value = best_so_far = value if best_so_far is None else pick(value, best_so_far)
+                trial.report(value, step)
                 if trial.should_prune():
                     return TrialResult("PRUNED", levels=results, reason=f"pruned after {level_text(level)}",
                                        level_metrics=list(self._records.level_metrics))
