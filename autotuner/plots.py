@@ -28,6 +28,8 @@ from pathlib import Path
 import optuna
 from optuna.trial import TrialState
 
+from autotuner.files import replacing, write_atomically
+
 IMPORTANCE_EVERY = 5
 log = logging.getLogger(__name__)
 
@@ -91,7 +93,8 @@ def write_plots(study: optuna.Study, folder: Path, *, importances: bool = True, 
     t = time.perf_counter()
     for name, fig in figs.items():
         path = folder / f"{name}.html"
-        fig.write_html(str(path), include_plotlyjs="directory", full_html=True)  # type: ignore[attr-defined]
+        with replacing(path) as tmp:
+            fig.write_html(str(tmp), include_plotlyjs="directory", full_html=True)  # type: ignore[attr-defined]
         result.files.append(path)
     result.files.append(_combined(study, figs, folder / "study.html"))
     result.seconds["html"] = time.perf_counter() - t
@@ -113,9 +116,7 @@ def _combined(study: optuna.Study, figs: dict[str, object], path: Path) -> Path:
         parts.append(fig.to_html(full_html=False, include_plotlyjs=first))  # type: ignore[attr-defined]
         first = False
     parts.append("</body></html>")
-    tmp = path.with_name(path.name + ".tmp")
-    tmp.write_text("\n".join(parts))
-    tmp.replace(path)
+    write_atomically(path, "\n".join(parts))
     return path
 
 

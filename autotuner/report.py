@@ -25,6 +25,7 @@ from rich.console import Console
 from rich.table import Table
 
 from autotuner import diagnosis
+from autotuner.files import write_atomically
 from autotuner.engines._base import Engine
 
 EXPORT_PORT = 8080  # the winner's command listens here, not on the tuner's throw-away port
@@ -553,15 +554,10 @@ def write_best(summary: StudySummary, command: str | None, folder: Path,
         data["front"] = _clean([{"trial": r.number, "values": dict(zip(summary.metrics, r.values)),
                                  "params": r.params, "baseline": r.baseline, "command": r.command}
                                 for r in summary.front])
-    _atomic_write(path, json.dumps(data, indent=2))
+    write_atomically(path, json.dumps(data, indent=2))
     if command:
-        _atomic_write(folder / "best-command.sh", f"#!/bin/sh\nexec {command}\n")
+        write_atomically(folder / "best-command.sh", f"#!/bin/sh\nexec {command}\n")
     for name, text in (extra or {}).items():
-        _atomic_write(folder / name, text)
+        write_atomically(folder / name, text)
     return path
 
-
-def _atomic_write(path: Path, text: str) -> None:
-    tmp = path.with_name(path.name + ".tmp")
-    tmp.write_text(text)
-    tmp.replace(path)
