@@ -129,40 +129,10 @@ def _worker_seed(exp, seed: Optional[int], worker: Optional[str]) -> Optional[in
 
 
 def _pool(exp, parallel: int, gpus: Optional[str]):
-    """The node's device pool: the GPUs (always, when there are any: each trial gets just what its config
-    needs), or the CPU cores when trials run side by side on a CPU-only node; None: nothing to share."""
-    from autotuner.config import ConfigError
-    from autotuner.pool import Leases, Pool
+    from autotuner.pool import Leases, node_pool
 
-    ids = None
-    if gpus is not None:
-        try:
-            ids = [int(g) for g in gpus.split(",") if g.strip()]
-        except ValueError:
-            raise ConfigError(f"--gpus: '{gpus}' is not a list of GPU ids such as 0,1,2,3") from None
-        if not ids or len(set(ids)) != len(ids) or min(ids) < 0:
-            raise ConfigError(f"--gpus: '{gpus}' must list distinct GPU ids such as 0,1,2,3")
-    if ids is None and exp.config.hardware.gpus:
-        ids = _confined_gpus(exp) or list(range(exp.config.hardware.gpus))
-    if ids:
-        return Leases(Pool.of_gpus(ids))
-    if parallel > 1:
-        return Leases(Pool.of_cpus())
-    return None
-
-
-def _confined_gpus(exp) -> Optional[list[int]]:
-    """The GPU ids the user already confined the tuner to: the experiment's docker gpus list, else an
-    inherited CUDA_VISIBLE_DEVICES of plain ids (the pool then hands out only those)."""
-    import os
-
-    gpus = exp.config.docker.gpus if exp.config.launcher == "docker" else None
-    if isinstance(gpus, list) and all(str(g).isdigit() for g in gpus):
-        return [int(g) for g in gpus]
-    visible = os.environ.get("CUDA_VISIBLE_DEVICES", "").split(",")
-    if all(v.strip().isdigit() for v in visible):
-        return [int(v) for v in visible]
-    return None
+    pool = node_pool(exp.config, parallel, gpus)
+    return Leases(pool) if pool else None
 
 
 def _make_tuner(exp, tracking_uri: Optional[str], results: Path, pool=None, worker: Optional[str] = None):

@@ -16,11 +16,12 @@ import socket
 import tempfile
 import time
 import uuid
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
 from autotuner import locks
+from autotuner.config import ConfigError, ExperimentConfig
 from autotuner.launchers._base import owner_alive, this_owner
 
 POLL_S = 0.5
@@ -59,6 +60,35 @@ class Pool:
     def describe(self, units: Sequence[int]) -> str:
         names = "GPU" if self.kind == "gpu" else "CPU core"
         return f"{names}{'s' if len(units) != 1 else ''} {','.join(map(str, units))}"
+
+
+def node_pool(cfg: ExperimentConfig, parallel: int, gpus: str | None,
+              environ: Mapping[str, str] = os.environ) -> Pool | None:
+    """The pool trials share on this node: GPUs whenever there are any (each trial gets just what its
+    config needs): `gpus` ("0,1,2,3", from --gpus), else the ids the user already confined the tuner to
+    (the experiment's docker gpus list, an inherited CUDA_VISIBLE_DEVICES of plain ids), else 0 to
+    hardware.gpus - 1; CPU cores when trials run side by side on a CPU-only node; None: nothing to share."""
+    if gpus is not None:
+        try:
+            ids = [int(g) for g in gpus.split(",") if g.strip()]
+        except ValueError:
+            raise ConfigError(f"--gpus: '{gpus}' is not a list of GPU ids such as 0,1,2,3") from None
+        if not ids or len(set(ids)) != len(ids) or min(ids) < 0:
+            raise ConfigError(f"--gpus: '{gpus}' must list distinct GPU ids such as 0,1,2,3")
+        return Pool.of_gpus(ids)
+    if cfg.hardware.gpus:
+        return Pool.of_gpus(_confined_gpus(cfg, environ) or cfg.hardware.gpus)
+    return Pool.of_cpus() if parallel > 1 else None
+
+
+def _confined_gpus(cfg: ExperimentConfig, environ: Mapping[str, str]) -> list[int] | None:
+    docker_gpus = cfg.docker.gpus if cfg.launcher == "docker" else None
+    if isinstance(docker_gpus, list) and all(str(g).isdigit() for g in docker_gpus):
+        return [int(g) for g in docker_gpus]
+    visible = environ.get("CUDA_VISIBLE_DEVICES", "").split(",")
+    if all(v.strip().isdigit() for v in visible):
+        return [int(v) for v in visible]
+    return None
 
 
 def pack(units: Sequence[int], busy: set[int], need: int) -> tuple[int, ...] | None:
@@ -124,16 +154,6 @@ class Leases:
         # One file per host: a folder shared by several nodes (an NFS home) must not mix their GPU 0s.
         self.path = (directory or default_dir()) / f"{pool.kind}-{socket.gethostname()}.json"
         self.owner = owner or this_owner()
-
-    @contextlib.contextmanager
-    def lease(self, need: int, label: str, waiting: Callable[[str], None] = lambda message: None,
-              stop: Callable[[], bool] = lambda: False) -> Iterator[tuple[int, ...]]:
-        """Hold `need` units for the block's duration (see `acquire`)."""
-        units = self.acquire(need, label, waiting, stop)
-        try:
-            yield units
-        finally:
-            self.release(units)
 
     def acquire(self, need: int, label: str, waiting: Callable[[str], None] = lambda message: None,
                 stop: Callable[[], bool] = lambda: False) -> tuple[int, ...]:

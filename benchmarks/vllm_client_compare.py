@@ -127,16 +127,21 @@ def real_server(args: argparse.Namespace, vllm_python: str, env: dict[str, str])
         spec = {"url": handle.base_url, "model": "llama-38m", "tokenizer": str(args.model.resolve()),
                 "n": args.num_prompts, "input_len": args.input_len, "output_len": args.output_len,
                 "conc": args.concurrency, "warmup": args.warmup}
-        rows: dict[str, list[dict]] = {"autotuner bench": [], "vllm bench serve": []}
-        for _ in range(args.repeats):
-            rows["autotuner bench"].append(run_client("ours", spec, sys.executable, None, env))
-            rows["vllm bench serve"].append(run_client("vllm", spec, vllm_python, None, env))
-        table("Same real vLLM server, same load", rows)
+        compare("Same real vLLM server, same load", spec, vllm_python, None, env, args.repeats)
     finally:
         launcher.stop(handle)
         import shutil
 
         shutil.rmtree(cache, ignore_errors=True)
+
+
+def compare(title: str, spec: dict, vllm_python: str, cpu: int | None, env: dict[str, str], repeats: int) -> None:
+    """Both clients in turn, `repeats` times each, on the same load; then the table."""
+    rows: dict[str, list[dict]] = {"autotuner bench": [], "vllm bench serve": []}
+    for _ in range(repeats):
+        rows["autotuner bench"].append(run_client("ours", spec, sys.executable, cpu, env))
+        rows["vllm bench serve"].append(run_client("vllm", spec, vllm_python, cpu, env))
+    table(title, rows)
 
 
 def instant_server(args: argparse.Namespace, vllm_python: str, env: dict[str, str]) -> None:
@@ -154,11 +159,8 @@ def instant_server(args: argparse.Namespace, vllm_python: str, env: dict[str, st
         spec = {"url": url, "model": "fake", "tokenizer": str(args.model.resolve()), "n": args.fake_prompts,
                 "input_len": args.input_len, "output_len": args.fake_output_len, "conc": args.fake_concurrency,
                 "warmup": args.fake_concurrency}
-        rows: dict[str, list[dict]] = {"autotuner bench": [], "vllm bench serve": []}
-        for _ in range(args.repeats):
-            rows["autotuner bench"].append(run_client("ours", spec, sys.executable, client_cpu, env))
-            rows["vllm bench serve"].append(run_client("vllm", spec, vllm_python, client_cpu, env))
-        table("Instant server: what each client sustains on one core", rows)
+        compare("Instant server: what each client sustains on one core", spec, vllm_python, client_cpu, env,
+                args.repeats)
     finally:
         server.terminate()
         server.wait(10)
@@ -182,6 +184,8 @@ def main() -> None:
     python = paths.vllm_python()
     if python is None:
         raise SystemExit("vLLM is not installed: run scripts/setup-vllm.sh")
+    if not (args.model / "config.json").is_file():  # the tokenizer of both clients, the real server's model
+        raise SystemExit(f"--model: no model at {args.model} (scripts/setup-vllm.sh makes models/llama-38m)")
     env = {**os.environ, "VLLM_TARGET_DEVICE": "cpu", "HF_HUB_OFFLINE": "1", "VLLM_NO_USAGE_STATS": "1"}
     env.pop("PYTHONPATH", None)
     if not args.skip_real:

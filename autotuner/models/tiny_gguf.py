@@ -32,11 +32,12 @@ Usage::
 from __future__ import annotations
 
 import argparse
-import os
 import sys
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
+
+from autotuner.files import replacing
 
 __all__ = [
     "CHAT_TEMPLATE",
@@ -236,61 +237,57 @@ def write_tiny_llama_gguf(path: Path, *, size: Size = "small", seed: int = 0) ->
         return np.ones(n, dtype=np.float32)
 
     h, kv_dim = shape.hidden, shape.kv_heads * shape.head_dim
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    writer = GGUFWriter(tmp, "llama")
-    try:
-        writer.add_name(f"autotuner-random-llama-{size}")
-        writer.add_file_type(int(LlamaFileType.MOSTLY_F16))
-        writer.add_context_length(shape.context_length)
-        writer.add_embedding_length(h)
-        writer.add_block_count(shape.layers)
-        writer.add_feed_forward_length(shape.ffn)
-        writer.add_head_count(shape.heads)
-        writer.add_head_count_kv(shape.kv_heads)
-        writer.add_rope_dimension_count(shape.head_dim)
-        writer.add_rope_freq_base(10000.0)
-        writer.add_layer_norm_rms_eps(1e-5)
-        writer.add_vocab_size(shape.vocab_size)
+    with replacing(path) as tmp:  # a killed writer leaves no half model behind
+        writer = GGUFWriter(tmp, "llama")
+        try:
+            writer.add_name(f"autotuner-random-llama-{size}")
+            writer.add_file_type(int(LlamaFileType.MOSTLY_F16))
+            writer.add_context_length(shape.context_length)
+            writer.add_embedding_length(h)
+            writer.add_block_count(shape.layers)
+            writer.add_feed_forward_length(shape.ffn)
+            writer.add_head_count(shape.heads)
+            writer.add_head_count_kv(shape.kv_heads)
+            writer.add_rope_dimension_count(shape.head_dim)
+            writer.add_rope_freq_base(10000.0)
+            writer.add_layer_norm_rms_eps(1e-5)
+            writer.add_vocab_size(shape.vocab_size)
 
-        writer.add_tokenizer_model("llama")  # SentencePiece (SPM) with byte fallback
-        writer.add_token_list(tokens)
-        writer.add_token_scores(scores)
-        writer.add_token_types(types)
-        writer.add_unk_token_id(tokens.index(UNK))
-        writer.add_bos_token_id(tokens.index(BOS))
-        writer.add_eos_token_id(tokens.index(EOS))
-        writer.add_add_bos_token(True)
-        writer.add_add_eos_token(False)
-        writer.add_chat_template(CHAT_TEMPLATE)
+            writer.add_tokenizer_model("llama")  # SentencePiece (SPM) with byte fallback
+            writer.add_token_list(tokens)
+            writer.add_token_scores(scores)
+            writer.add_token_types(types)
+            writer.add_unk_token_id(tokens.index(UNK))
+            writer.add_bos_token_id(tokens.index(BOS))
+            writer.add_eos_token_id(tokens.index(EOS))
+            writer.add_add_bos_token(True)
+            writer.add_add_eos_token(False)
+            writer.add_chat_template(CHAT_TEMPLATE)
 
-        writer.add_tensor("token_embd.weight", weight(shape.vocab_size, h, std=1.0))
-        for layer in range(shape.layers):
-            p = f"blk.{layer}"
-            writer.add_tensor(f"{p}.attn_norm.weight", ones(h))
-            writer.add_tensor(f"{p}.attn_q.weight", weight(h, h))
-            writer.add_tensor(f"{p}.attn_k.weight", weight(kv_dim, h))
-            writer.add_tensor(f"{p}.attn_v.weight", weight(kv_dim, h))
-            writer.add_tensor(f"{p}.attn_output.weight", weight(h, h))
-            writer.add_tensor(f"{p}.ffn_norm.weight", ones(h))
-            writer.add_tensor(f"{p}.ffn_gate.weight", weight(shape.ffn, h))
-            writer.add_tensor(f"{p}.ffn_up.weight", weight(shape.ffn, h))
-            writer.add_tensor(f"{p}.ffn_down.weight", weight(h, shape.ffn))
-        writer.add_tensor("output_norm.weight", ones(h))
-        output = weight(shape.vocab_size, h, std=0.05)
-        # Zero logits for </s>, <|im_end|> (end of generation) and the other control tokens: some ordinary
-        # token always scores higher, so greedy decoding runs to max_tokens.
-        output[: len(SPECIALS), :] = 0
-        writer.add_tensor("output.weight", output)
+            writer.add_tensor("token_embd.weight", weight(shape.vocab_size, h, std=1.0))
+            for layer in range(shape.layers):
+                p = f"blk.{layer}"
+                writer.add_tensor(f"{p}.attn_norm.weight", ones(h))
+                writer.add_tensor(f"{p}.attn_q.weight", weight(h, h))
+                writer.add_tensor(f"{p}.attn_k.weight", weight(kv_dim, h))
+                writer.add_tensor(f"{p}.attn_v.weight", weight(kv_dim, h))
+                writer.add_tensor(f"{p}.attn_output.weight", weight(h, h))
+                writer.add_tensor(f"{p}.ffn_norm.weight", ones(h))
+                writer.add_tensor(f"{p}.ffn_gate.weight", weight(shape.ffn, h))
+                writer.add_tensor(f"{p}.ffn_up.weight", weight(shape.ffn, h))
+                writer.add_tensor(f"{p}.ffn_down.weight", weight(h, shape.ffn))
+            writer.add_tensor("output_norm.weight", ones(h))
+            output = weight(shape.vocab_size, h, std=0.05)
+            # Zero logits for </s>, <|im_end|> (end of generation) and the other control tokens: some ordinary
+            # token always scores higher, so greedy decoding runs to max_tokens.
+            output[: len(SPECIALS), :] = 0
+            writer.add_tensor("output.weight", output)
 
-        writer.write_header_to_file()
-        writer.write_kv_data_to_file()
-        writer.write_tensors_to_file()
-        writer.close()
-        os.replace(tmp, path)
-    except BaseException:
-        writer.close()
-        tmp.unlink(missing_ok=True)
-        raise
+            writer.write_header_to_file()
+            writer.write_kv_data_to_file()
+            writer.write_tensors_to_file()
+        finally:
+            writer.close()
     return path
 
 

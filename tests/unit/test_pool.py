@@ -79,9 +79,8 @@ def test_leases_are_shared_through_the_file_and_released(tmp_path):
         a.acquire(1, "study/trial-0003", waiting=waited.append, stop=lambda: True)
     assert waited == ["waiting for 1 GPU unit(s): 0 of 4 free"]
     b.release(second)
-    with a.lease(2, "study/trial-0003") as units:
-        assert units == second
-        assert len(a.held()) == 2
+    assert a.acquire(2, "study/trial-0003") == second and len(a.held()) == 2
+    a.release(second)
     assert [lease["label"] for lease in a.held()] == ["study/trial-0001"]
 
 
@@ -184,3 +183,31 @@ def test_a_pool_of_ids_is_aligned_on_the_ids_not_on_positions():
     assert pack(pool, set(), 2) == (2, 3)
     assert pack(pool, set(), 4) == (4, 5, 6, 7)
     assert pack(pool, {4}, 4) == (1, 2, 3, 5)  # no run of four left: the lowest free ids
+
+
+def _config(tmp_path, extra: str = ""):
+    from autotuner.config import load_experiment
+
+    (tmp_path / "s.yaml").write_text("engine: vllm\nparams:\n  max_num_seqs: {type: int, low: 8, high: 64}\n")
+    (tmp_path / "exp.yaml").write_text("name: t\nengine: vllm\nmodel: {path: m}\nsearch_space: s.yaml\n" + extra)
+    return load_experiment(tmp_path / "exp.yaml").config
+
+
+def test_the_node_pool_is_the_gpus_the_user_allows(tmp_path):
+    from autotuner.config import ConfigError
+    from autotuner.pool import node_pool
+
+    gpus = _config(tmp_path, "hardware: {gpus: 4}\n")
+    assert node_pool(gpus, 1, None, environ={}).units == (0, 1, 2, 3)
+    assert node_pool(gpus, 1, None, environ={"CUDA_VISIBLE_DEVICES": "4,5"}).units == (4, 5)
+    assert node_pool(gpus, 1, None, environ={"CUDA_VISIBLE_DEVICES": "GPU-1a2b"}).units == (0, 1, 2, 3)
+    assert node_pool(gpus, 1, "6,7", environ={"CUDA_VISIBLE_DEVICES": "4,5"}).units == (6, 7)
+    in_docker = _config(tmp_path, "hardware: {gpus: 2}\nlauncher: docker\ndocker: {image: x, gpus: [2, 3]}\n")
+    assert node_pool(in_docker, 1, None, environ={}).units == (2, 3)
+    cpu = _config(tmp_path)
+    assert node_pool(cpu, 1, None, environ={}) is None  # one worker on a CPU node: nothing to share
+    assert node_pool(cpu, 2, None, environ={}).kind == "cpu"
+    with pytest.raises(ConfigError, match=r"^--gpus: '0,x' is not a list of GPU ids such as 0,1,2,3$"):
+        node_pool(gpus, 1, "0,x")
+    with pytest.raises(ConfigError, match=r"^--gpus: '1,1' must list distinct GPU ids"):
+        node_pool(gpus, 1, "1,1")
