@@ -280,8 +280,10 @@ class StopConfig(_Strict):
 class ConfirmConfig(_Strict):
     """Re-measuring the best configurations at the end, so the winner is not a lucky measurement."""
 
-    top_k: int = Field(0, ge=0, description="How many of the best configurations to launch again (0: none).")
-    repeats: int = Field(2, ge=1, description="Extra measurements of each.")
+    top_k: int = Field(2, ge=0, description="How many of the best configurations to launch again with the "
+                       "baseline, interleaved (0: no confirmation; the winner is then provisional).")
+    repeats: int = Field(3, ge=1, description="Launches of each candidate and of the baseline in the round; the "
+                         "winner is the best median of these.")
 
 
 class TrackingConfig(_Strict):

@@ -28,10 +28,11 @@ class Progress:
         what = self._label or f"trial {self._index}{of} · #{self._number}"
         return f"[bold cyan]{escape(f'[{who}{what}]')}[/]"
 
-    def confirming(self, number: int, rank: int, of: int, measurement: int, measurements: int) -> None:
-        """The phases that follow belong to a re-measurement of trial `number`, not to the last trial."""
-        self._label = f"confirm #{number}"
-        self.phase(f"confirming the #{rank} of {of}, measurement {measurement} of {measurements}")
+    def confirming(self, number: int, what: str, measurement: int, measurements: int) -> None:
+        """The phases that follow belong to a re-measurement of trial `number` (`what`: "#1 of 2", "the
+        baseline"), not to the last trial."""
+        self._label = f"confirm {measurement}/{measurements} · #{number}"
+        self.phase(f"confirming {what} (interleaved with the others and the baseline)")
 
     def trial_started(self, index: int, number: int, what: str) -> None:
         self._index, self._number, self._started = index, number, time.monotonic()

@@ -24,7 +24,8 @@ from optuna.trial import FrozenTrial, TrialState
 from rich.console import Console
 from rich.table import Table
 
-from autotuner import diagnosis
+from autotuner import diagnosis, record, winner
+from autotuner.study import verdict as study_verdict
 from autotuner.files import write_atomically
 from autotuner.engines._base import Engine
 
@@ -37,13 +38,14 @@ MIN_TRIALS_FOR_EDGES = 10  # fewer complete trials cannot tell a range's edge fr
 @dataclass
 class TrialRow:
     number: int
-    value: float
+    value: float  # the trial's own (first) measurement
     params: dict[str, Any]
     baseline: bool
-    metrics: dict[str, float]  # the best load level's metrics
+    metrics: dict[str, float]  # the scored load level's metrics
     levels: list[dict[str, float]] = field(default_factory=list)
     spread: float | None = None  # coefficient of variation of the objective within the measurement
-    repeats: list[float] = field(default_factory=list)  # values of every complete trial with these params
+    repeats: list[float] = field(default_factory=list)  # the confirmation round's measurements that succeeded
+    flaky: bool = False  # a confirmation launch of this config failed: it cannot win
     limit: str = "unknown"
     limit_why: str = ""
     plateau: str | None = None
@@ -52,8 +54,8 @@ class TrialRow:
 
     @property
     def median(self) -> float:
-        """What the configuration is judged by: the median of all its measurements (just one: that one)."""
-        return statistics.median(self.repeats) if len(self.repeats) > 1 else self.value
+        """What the configuration is judged by (`winner`): its confirmation median, else its one value."""
+        return statistics.median(self.repeats) if self.repeats else self.value
 
 
 @dataclass
@@ -87,6 +89,10 @@ class StudySummary:
     metrics: list[str] = field(default_factory=list)  # every objective metric (several: a Pareto front)
     directions: list[str] = field(default_factory=list)
     front: list[TrialRow] = field(default_factory=list)  # the Pareto front, best first metric first
+    confirmed: bool = False  # the winner was chosen from the confirmation round (else: provisional)
+    gain: float | None = None  # relative improvement of the winner over the baseline (winner.decide)
+    gain_range: tuple[float, float] | None = None
+    flaky: list[int] = field(default_factory=list)  # trials whose config failed a confirmation launch
 
     @property
     def top_two_within_noise(self) -> bool:
@@ -97,14 +103,6 @@ class StudySummary:
         return min(a) <= max(b) and min(b) <= max(a)
 
     @property
-    def gain(self) -> float | None:
-        """Relative improvement of the best over the baseline (0.25 = 25% better)."""
-        if self.best is None or not self.baseline_value:
-            return None
-        ratio = self.best.median / self.baseline_value
-        return ratio - 1 if self.direction == "maximize" else 1 - ratio
-
-    @property
     def target_gap(self) -> float | None:
         """How far the best is from the target (negative: short of it; >= 0: met)."""
         if self.best is None or not self.target:
@@ -113,39 +111,25 @@ class StudySummary:
         return ratio - 1 if self.direction == "maximize" else 1 - ratio
 
 
-def _best_level(trial: FrozenTrial, metric: str, direction: str) -> dict[str, float]:
-    levels = trial.user_attrs.get("levels") or []
-    if not levels:
-        return {}
-    if trial.values:  # the level the trial was scored by (under an SLO not always the fastest)
-        return min(levels, key=lambda m: abs(_finite(m.get(metric), math.inf) - trial.values[0]))
-    pick = max if direction == "maximize" else min
-    return pick(levels, key=lambda m: _finite(m.get(metric), -math.inf if direction == "maximize" else math.inf))
-
-
 def _finite(v: Any, default: float) -> float:
     return default if v is None or (isinstance(v, float) and math.isnan(v)) else float(v)
-
-
-def _median(values: list[float]) -> float:
-    return statistics.median(values)
 
 
 def _key(params: dict[str, Any]) -> str:
     return json.dumps(params, sort_keys=True, default=str)
 
 
-def _row(t: FrozenTrial, metric: str, direction: str, repeats: dict[str, list[float]]) -> TrialRow:
-    best = _best_level(t, metric, direction)
+def _row(t: record.TrialView, c: winner.Candidate, metric: str, direction: str) -> TrialRow:
+    best = t.scored_metrics(metric, direction)
     spread = best.get(f"{metric}_cv")
     limit = diagnosis.binding_limit(best) if best else diagnosis.Limit("unknown", "no level measured")
-    plateau = diagnosis.load_plateau(t.user_attrs.get("levels") or [], metric) if direction == "maximize" else None
+    plateau = diagnosis.load_plateau(t.levels, metric) if direction == "maximize" else None
     return TrialRow(
-        number=t.number, value=float(t.values[0]), values=[float(v) for v in t.values], params=dict(t.params), baseline=bool(t.user_attrs.get("baseline")),
-        metrics=dict(best), levels=list(t.user_attrs.get("levels") or []),
+        number=t.number, value=float(c.first), values=list(t.values or [c.first]), params=dict(t.params),
+        baseline=t.baseline, metrics=dict(best), levels=list(t.levels),
         spread=None if spread is None or (isinstance(spread, float) and math.isnan(spread)) else float(spread),
-        repeats=repeats.get(_key(dict(t.params)), []), limit=limit.kind, limit_why=limit.why,
-        plateau=plateau.text if plateau else None, command=t.user_attrs.get("command", ""),
+        repeats=c.measured, flaky=c.flaky, limit=limit.kind, limit_why=limit.why,
+        plateau=plateau.text if plateau else None, command=t.command,
     )
 
 
@@ -175,20 +159,11 @@ def summarize(study: optuna.Study, metric: str, top_k: int = 5, *, target: float
     directions = ["maximize" if d == optuna.study.StudyDirection.MAXIMIZE else "minimize" for d in study.directions]
     direction = directions[0]
     maximize = direction == "maximize"
-    # A reused result repeats another trial's measurement: it is not a new measurement of its own.
-    complete = [t for t in trials if t.state == TrialState.COMPLETE and t.values
-                and t.user_attrs.get("reused_from") is None]
-    repeats: dict[str, list[float]] = {}
-    for t in complete:
-        repeats.setdefault(_key(dict(t.params)), []).append(float(t.values[0]))
-    for number, values in (study.user_attrs.get("confirmation") or {}).items():  # the tuner's re-launches
-        repeats.setdefault(_key(dict(trials[int(number)].params)), []).extend(v for v in values if v is not None)
-    # The winner is the best median: a configuration measured again is judged by all its measurements.
-    ordered = sorted(complete, key=lambda t: _median(repeats.get(_key(dict(t.params))) or [t.values[0]]),
-                     reverse=maximize)
-    seen: set[str] = set()
-    ordered = [t for t in ordered if not (_key(dict(t.params)) in seen or seen.add(_key(dict(t.params))))]
-    rows = [_row(t, metric, direction, repeats) for t in ordered]
+    views = {t.number: record.view(t) for t in trials}
+    # Only trials that measured their config: a re-proposal answered without a launch is no measurement.
+    complete = [t for t in trials if t.state == TrialState.COMPLETE and t.values and views[t.number].counted]
+    v = study_verdict(study)  # the one rule that names the winner (winner.decide)
+    rows = [_row(views[c.number], c, metric, direction) for c in v.ranking]
     baseline = next((r for r in rows if r.baseline), None)
     fails = [t for t in trials if t.state == TrialState.FAIL]
     unmeasured = [t for t in trials if t.user_attrs.get("baseline") and t.state in (TrialState.FAIL, TrialState.PRUNED)]
@@ -200,12 +175,13 @@ def summarize(study: optuna.Study, metric: str, top_k: int = 5, *, target: float
         study_name=study.study_name, metric=metric, direction=direction,
         counts=dict(Counter(t.state.name for t in trials)),
         failure_classes=dict(Counter(t.user_attrs.get("failure_class", "unknown") for t in fails)),
-        top=rows[:top_k], baseline_value=baseline.median if baseline else None, best=rows[0] if rows else None,
+        top=rows[:top_k], baseline_value=v.baseline_value, best=rows[0] if v.winner is not None else None,
         baseline=baseline, n_trials=len(trials), failure_examples=examples,
         baseline_failure=None if baseline or not unmeasured else _ending(unmeasured[-1]),
         environment=dict(attrs.get("environment") or {}), settings=dict(attrs.get("settings") or {}),
         target=target if target is not None else attrs.get("target"), stop_reason=attrs.get("stop_reason"),
         metrics=list(study.metric_names or [metric]), directions=directions,
+        confirmed=v.confirmed, gain=v.gain, gain_range=v.gain_range, flaky=list(v.flaky),
     )
     if len(directions) > 1:
         s.front = pareto_rows(study, rows)
@@ -288,7 +264,7 @@ def next_steps(s: StudySummary) -> list[str]:
         second = s.top[1]
         gap = abs(s.best.median - second.median) / abs(s.best.median)
         noise = max([r.spread for r in s.top[:2] if r.spread is not None] or [0.0])
-        if gap < max(0.05, 2 * noise):
+        if gap < max(0.05, 2 * noise) and not s.confirmed:
             steps.append(f"Re-measure the top trials with repeats: #{s.best.number} and #{second.number} are "
                          f"{gap:.1%} apart, within this machine's noise (spread ±{noise:.0%}).")
     if n_fail and s.n_trials and n_fail / s.n_trials >= 0.3:
@@ -314,8 +290,10 @@ def _spread_text(row: TrialRow) -> str:
     parts = []
     if row.spread is not None:
         parts.append(f"±{row.spread:.0%}")
-    if len(row.repeats) > 1:
+    if row.repeats:
         parts.append(f"n={len(row.repeats)}: {min(row.repeats):,.0f}–{max(row.repeats):,.0f}")
+    if row.flaky:
+        parts.append("flaky")
     return ", ".join(parts) or "-"
 
 
@@ -339,19 +317,37 @@ def verdict(s: StudySummary) -> str:
         return (f"Pareto front: {len(s.front)} configurations trade {_objectives(s)}; none is better in every "
                 f"metric than another. Best {s.metric}: trial #{s.best.number} at {s.best.median:,.1f}.")
     b = s.best
-    text = f"Best: trial #{b.number} at {b.median:,.1f} {s.metric}"
-    if b.spread is not None:
-        text += f" (±{b.spread:.0%} within the run)"
-    if s.baseline_value is not None and s.gain is not None:
-        text += f", baseline {s.baseline_value:,.1f}: {s.gain:+.1%} over the engine defaults"
-    elif s.baseline_failure:
-        text += f" (the baseline has no value: {s.baseline_failure})"
+    if b.baseline:
+        text = (f"The engine defaults are the best configuration measured (trial #{b.number}, {b.median:,.1f} "
+                f"{s.metric}{_measured_as(s, b)}): no tuned configuration beat them")
     else:
-        text += " (no baseline measured)"
+        text = f"Best: trial #{b.number} at {b.median:,.1f} {s.metric}{_measured_as(s, b)}"
+        if b.spread is not None:
+            text += f" (±{b.spread:.0%} within the run)"
+        if s.baseline_value is not None and s.gain is not None:
+            text += f", baseline {s.baseline_value:,.1f}: {s.gain:+.1%} over the engine defaults"
+            if s.gain_range is not None:
+                text += f" (range {s.gain_range[0]:+.1%} to {s.gain_range[1]:+.1%})"
+        elif s.baseline_failure:
+            text += f" (the baseline has no value: {s.baseline_failure})"
+        elif s.baseline is not None and s.baseline.flaky:
+            text += f" (the baseline, trial #{s.baseline.number}, failed a confirmation launch: no gain to state)"
+        else:
+            text += " (no baseline measured)"
+    if s.flaky:
+        text += "; flaky (a confirmation launch failed, cannot win): " + ", ".join(f"#{n}" for n in s.flaky)
     if s.target:
         gap = s.target_gap or 0.0
         text += f"; target {s.target:,.1f}: " + ("met" if gap >= 0 else f"not met ({-gap:.0%} short)")
     return text + "."
+
+
+def _measured_as(s: StudySummary, row: TrialRow) -> str:
+    """How the value was measured: a confirmed median, or a single (provisional) measurement."""
+    if s.confirmed and row.repeats:
+        return (f", median of {len(row.repeats)} confirmation launches, "
+                f"{min(row.repeats):,.1f}–{max(row.repeats):,.1f}")
+    return ", a single measurement (provisional: not confirmed)"
 
 
 def _objectives(s: StudySummary) -> str:
@@ -443,7 +439,9 @@ def to_markdown(s: StudySummary, engine: Engine | None = None, command: str | No
             out.append(f"| #{r.number} | {r.median:,.1f} | {_spread_text(r)} | {lat} | {r.limit} | "
                        f"`{config_text(r, engine)}` |")
         out += ["", "spread: ± is how much the rate moved within the measurement (coefficient of variation "
-                "over time windows); n=k gives the range over trials of the same config.", ""]
+                "over time windows); n=k: the confirmation round's k launches (interleaved with the baseline) and their "
+                "range; flaky: a confirmation launch failed. Rows with n=k are ranked by median, the rest by their "
+                "single measurement.", ""]
         out += ["## Limits and plateaus", ""]
         for r in s.top:
             out.append(f"- #{r.number}: {r.limit}: {r.limit_why}" + (f"; {r.plateau}" if r.plateau else ""))
@@ -470,7 +468,7 @@ def _md(text: Any) -> str:
 
 def to_json(s: StudySummary, command: str | None = None) -> dict[str, Any]:
     data = asdict(s)
-    data.update(gain=s.gain, target_gap=s.target_gap, verdict=verdict(s), command=command)
+    data.update(target_gap=s.target_gap, verdict=verdict(s), command=command)
     return _clean(data)
 
 
@@ -549,7 +547,9 @@ def write_best(summary: StudySummary, command: str | None, folder: Path,
     folder.mkdir(parents=True, exist_ok=True)
     path = folder / "best.json"
     data = _clean({"study": summary.study_name, "metric": summary.metric, "best": asdict(summary.best),
-                   "baseline_value": summary.baseline_value, "gain": summary.gain, "command": command})
+                   "baseline_value": summary.baseline_value, "gain": summary.gain,
+                   "gain_range": summary.gain_range, "confirmed": summary.confirmed, "flaky": summary.flaky,
+                   "verdict": verdict(summary), "command": command})
     if summary.front:  # several objectives: the answer is the front; "best" is its best on the first metric
         data["front"] = _clean([{"trial": r.number, "values": dict(zip(summary.metrics, r.values)),
                                  "params": r.params, "baseline": r.baseline, "command": r.command}

@@ -9,9 +9,12 @@ from __future__ import annotations
 import warnings
 from pathlib import Path
 
-import optuna
+from typing import Any
 
-from autotuner import locks, recovery
+import optuna
+from optuna.trial import TrialState
+
+from autotuner import locks, record, recovery, winner
 from autotuner.config import ConfigError, ExperimentConfig
 from autotuner.sampling import FailureAwareSampler
 
@@ -82,16 +85,37 @@ def open_study(cfg: ExperimentConfig, n_levels: int) -> optuna.Study:
     return study
 
 
+def candidates(study: optuna.Study) -> list[winner.Candidate]:
+    """One candidate per configuration measured to completion, with its confirmation measurements."""
+    trials = [record.view(t) for t in study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,))]
+    confirmations = record.confirmation(study.user_attrs)
+    by_config: dict[Any, list[record.TrialView]] = {}
+    for t in sorted(trials, key=lambda t: t.number):
+        if t.counted and t.value is not None:
+            by_config.setdefault(t.config_key, []).append(t)
+    out = []
+    for same in by_config.values():
+        first = same[0]
+        confirmed = [v for t in same for v in confirmations.get(t.number, [])]
+        out.append(winner.Candidate(first.number, first.value, first.baseline, tuple(confirmed)))  # type: ignore[arg-type]
+    return out
+
+
+def verdict(study: optuna.Study) -> winner.Verdict:
+    """The study's winner and gain by the one rule (`winner.decide`); the first objective's direction."""
+    direction = "maximize" if study.directions[0] == optuna.study.StudyDirection.MAXIMIZE else "minimize"
+    return winner.decide(candidates(study), direction)
+
+
 def best_trial(study: optuna.Study) -> optuna.trial.FrozenTrial | None:
-    """The best complete trial, or None when no trial has completed yet. Multi-objective: the member
-    of the Pareto front best on the first metric (the one that also picks each trial's level)."""
+    """The winner's trial (`verdict`), or None when no trial has completed yet. Multi-objective: the
+    member of the Pareto front best on the first metric (the one that also picks each trial's level)."""
     if len(study.directions) > 1:
         sign = 1 if study.directions[0] == optuna.study.StudyDirection.MAXIMIZE else -1
-        return max(study.best_trials, key=lambda t: sign * t.values[0], default=None)
-    try:
-        return study.best_trial
-    except ValueError:
-        return None
+        front = [t for t in study.best_trials if record.view(t).counted]
+        return max(front, key=lambda t: sign * t.values[0], default=None)
+    v = verdict(study)
+    return study.trials[v.winner.number] if v.winner is not None else None
 
 
 def primary_value(trial: optuna.trial.FrozenTrial) -> float | None:

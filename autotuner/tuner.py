@@ -30,7 +30,7 @@ from autotuner.bench.server_metrics import summarize as summarize_samples
 from autotuner.bench.spread import spread_metrics
 from autotuner.bench.workload import Workload
 from autotuner.config import Experiment, recheck
-from autotuner import host, locks, secrets, stopping
+from autotuner import host, locks, record, secrets, stopping, winner
 from autotuner.engines._base import Engine, LaunchContext, LaunchSpec
 from autotuner.launchers._base import Handle, LaunchError, Launcher, free_port
 from autotuner.load_search import highest_passing, level_text, load_kind, make_plan
@@ -44,6 +44,7 @@ from autotuner.launchers._base import this_owner
 from autotuner.recovery import WORKER_ATTR, Heartbeat, recover_stale_trials
 from autotuner.space import SearchSpace
 from autotuner.study import best_trial, open_study, primary_value
+from autotuner.study import verdict as study_verdict
 from autotuner.study_artifacts import StudyArtifacts
 from autotuner.tracking import LEVEL_PREFIX, MlflowTracker, TrialRecord, trial_record
 from autotuner.trial_records import TrialRecords
@@ -218,39 +219,58 @@ class Tuner:
         return groups
 
     def _confirm(self, progress: Progress) -> None:
-        """Launch the top configurations again and measure each `repeats` more times (resumable)."""
+        """Launch the top configurations and the baseline again, interleaved (A, B, baseline, A, B,
+        baseline, ...) so drift hits all alike, `repeats` times each (resumable; see `winner`)."""
         c = self.cfg.confirm
         if self.cfg.objective.multi:
             # The answer is a front, not one winner: a best median of one metric would not re-rank it.
             progress.note("confirm: skipped for a multi-objective study (the Pareto front is the answer); "
                           "to re-measure a member, enqueue its params in a study of its own")
             return
-        sign = 1 if self.cfg.objective.direction == "maximize" else -1
-        seen, top = set(), []
-        for t in sorted(self.study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,)),
-                        key=lambda t: -sign * t.value):
-            key = json.dumps([bool(t.user_attrs.get("baseline")), t.params], sort_keys=True)
-            if key not in seen:
-                seen.add(key)
-                top.append(t)
-        done: dict[str, list[float | None]] = dict(self.study.user_attrs.get("confirmation") or {})
-        for rank, t in enumerate(top[:c.top_k], start=1):
-            values = list(done.get(str(t.number), []))
-            while len(values) < c.repeats:
-                if self._stop.requested:
-                    return
-                progress.confirming(t.number, rank, min(c.top_k, len(top)), len(values) + 2, c.repeats + 1)
-                timings: dict[str, float] = {}
-                label = f"confirm-{t.number:04d}-{len(values) + 1}"
-                _, result = self._launch_and_measure(None, {} if t.user_attrs.get("baseline") else dict(t.params),
-                                                     None, self.workdir / label, progress, timings, label)
-                values.append(result.value if result.state == "COMPLETE" else None)
-                # Another worker may have confirmed other configs meanwhile: merge, do not overwrite.
-                done = {**dict(self.study.user_attrs.get("confirmation") or {}), str(t.number): values}
-                self.study.set_user_attr("confirmation", done)
-                shown = f"{result.value:,.1f}" if result.value is not None else f"{result.failure_class}: {result.reason}"
-                progress.note(f"    trial #{t.number} again: {shown} (first: {t.value:,.1f})")
-        self.tracker.log_study(artifacts={"confirmation.json": json.dumps(done, indent=2)})
+        order = self._confirmation_candidates(c.top_k)
+        if len(order) < 2:
+            progress.note("confirm: skipped (fewer than two configurations completed: nothing to compare)")
+            return
+        self.study.set_user_attr(record.CONFIRMATION_ORDER, order)
+        views = {n: record.view(self.study.trials[n]) for n in order}
+        total = len(order) * c.repeats
+        while True:
+            done = record.confirmation(self.study.user_attrs)  # other workers may have added to it
+            # A failed launch makes a config flaky: it cannot win, so it is not measured again.
+            counts = {n: c.repeats if None in done.get(n, []) else len(done.get(n, [])) for n in order}
+            number = winner.confirmation_order(order, counts, c.repeats)
+            if number is None or self._stop.requested:
+                break
+            view = views[number]
+            progress.confirming(number, "the baseline" if view.baseline else f"#{order.index(number) + 1} of "
+                                f"{len(order) - 1}", sum(counts.values()) + 1, total)
+            timings: dict[str, float] = {}
+            label = f"confirm-{number:04d}-{counts[number] + 1}"
+            _, result = self._launch_and_measure(None, {} if view.baseline else dict(view.params), None,
+                                                 self.workdir / label, progress, timings, label)
+            if result.failure_class == "interrupted":
+                break  # measured nothing: the round resumes with it on the next run
+            value = result.value if result.state == "COMPLETE" else None
+            done = record.confirmation(self.study.user_attrs)  # merge: never overwrite another worker's
+            done.setdefault(number, []).append(value)
+            self.study.set_user_attr(record.CONFIRMATION, {str(k): v for k, v in done.items()})
+            shown = f"{value:,.1f}" if value is not None else f"{result.failure_class}: {result.reason} (flaky: cannot win)"
+            progress.note(f"    trial #{number} again: {shown} (first: {view.value:,.1f})")
+        self.tracker.log_study(artifacts={"confirmation.json": json.dumps(
+            {"order": order, "measurements": self.study.user_attrs.get(record.CONFIRMATION)}, indent=2)})
+
+    def _confirmation_candidates(self, top_k: int) -> list[int]:
+        """The round: the `top_k` best configurations by their first value, then the baseline (kept from
+        an earlier round of this study, so a resumed round measures the same candidates)."""
+        ranking = study_verdict(self.study).ranking
+        earlier = [int(n) for n in self.study.user_attrs.get(record.CONFIRMATION_ORDER) or []]
+        top = [c.number for c in sorted(ranking, key=lambda c: -self._sign * c.first) if not c.baseline][:top_k]
+        base = [c.number for c in ranking if c.baseline]
+        return list(dict.fromkeys(earlier + top + base))
+
+    @property
+    def _sign(self) -> float:
+        return 1.0 if self.cfg.objective.direction == "maximize" else -1.0
 
     def _enqueue_first_trials(self) -> None:
         trials = self.study.get_trials(deepcopy=False)
@@ -499,10 +519,9 @@ class Tuner:
         if result.log_tail:
             (trial_dir / "failure.txt").write_text(f"{result.failure_class}: {result.reason}\n\n{result.log_tail}\n")
         self.tracker.log_trial(self._record(self.study._storage.get_trial(trial._trial_id)), run_id=run_id)
-        best = best_trial(self.study)
         progress.trial_finished(result.state, result.value,
                                 f"{result.failure_class}: {result.reason}" if result.failure_class else result.reason,
-                                (best.number, primary_value(best)) if best else None)
+                                self._best_so_far())
         if self.cfg.objective.multi and result.values:
             progress.note("    " + ", ".join(f"{n} {v:,.1f}" for n, v in zip(self.cfg.objective.names, result.values))
                           + f" · Pareto front: {len(self.study.best_trials)} trial(s)")
@@ -595,11 +614,21 @@ class Tuner:
         trials = self.study.get_trials(deepcopy=False)
         counts = {s.name.lower(): sum(t.state == s for t in trials) for s in (TrialState.COMPLETE, TrialState.FAIL, TrialState.PRUNED)}
         metrics: dict[str, float] = {f"trials_{k}": v for k, v in counts.items()}
-        best = best_trial(self.study)
-        if best is not None:
-            metrics[f"best_{self.cfg.objective.metric}"] = primary_value(best)
-            metrics["best_trial"] = best.number
-        if self.cfg.objective.multi:
+        if not self.cfg.objective.multi:
+            v = study_verdict(self.study)  # the one rule, as in the report and best.json
+            if v.winner is not None and v.value is not None:
+                metrics[f"best_{self.cfg.objective.metric}"] = v.value
+                metrics["best_trial"] = v.winner.number
+                metrics["best_confirmed"] = float(v.confirmed)
+            if v.gain is not None:
+                metrics["gain_over_defaults"] = v.gain
+            if v.gain_range is not None:
+                metrics["gain_over_defaults_low"], metrics["gain_over_defaults_high"] = v.gain_range
+        else:
+            best = best_trial(self.study)
+            if best is not None:
+                metrics[f"best_{self.cfg.objective.metric}"] = primary_value(best)
+                metrics["best_trial"] = best.number
             metrics["pareto_front_size"] = len(self.study.best_trials)
         self.tracker.log_study(metrics=metrics)
 

@@ -66,12 +66,14 @@ def test_quickstart_sized_study_through_the_cli(tmp_path, tiny_model, llama_serv
         (REPO / "experiments" / "quickstart.yaml").read_text()
         .replace("../models/quickstart.gguf", str(tiny_model)).replace("../search_spaces/llamacpp.yaml", "s.yaml")
         .replace("num_prompts: 32", "num_prompts: 16").replace("input_len: 64", "input_len: 16")
-        .replace("output_len: 64", "output_len: 16").replace("max_concurrency: [4, 16]", "max_concurrency: [2, 8]"))
+        .replace("output_len: 64", "output_len: 16").replace("max_concurrency: [4, 16]", "max_concurrency: [2, 8]")
+        .replace("repeats: 3", "repeats: 2"))
     out = autotuner("run", "--experiment", "exp.yaml", "--trials", "3", cwd=tmp_path)
     assert out.returncode == 0, out.stderr[-3000:]
     assert "[trial 1/3 · #0] baseline: engine defaults" in out.stderr
     assert "measuring concurrency 2 [1/2] (16 requests)" in out.stderr
-    assert "[confirm #" in out.stderr and "confirming the #1 of 2, measurement 2 of 2" in out.stderr
+    # The round: the two best and the baseline, interleaved, twice each.
+    assert "[confirm 1/6 · #" in out.stderr and "[confirm 6/6 · #0] confirming the baseline" in out.stderr
     assert "[trial 3/3 · #2]" in out.stderr
     assert "Best trials of study 'quickstart'" in out.stdout
     # The engine's defaults depend on the host (llama-server picks its own thread count): the verdict

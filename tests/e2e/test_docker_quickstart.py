@@ -36,6 +36,7 @@ def experiment(tmp_path: Path, model: Path, image: str, name: str, num_prompts: 
     data["workload"].update(num_prompts=num_prompts, input_len=16, output_len=16, warmup_requests=2)
     data["load"] = {"max_concurrency": [4]}
     data["startup_timeout_s"] = 30
+    data["confirm"] = {"top_k": 0}
     path = tmp_path / "exp.yaml"
     path.write_text(yaml.safe_dump(data))
     return path

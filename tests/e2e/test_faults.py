@@ -33,7 +33,8 @@ def write_experiment(tmp_path: Path, model: Path, name: str, extra: str = "", wo
     path.write_text(f"name: {name}\nengine: llamacpp\nmodel: {{path: {model}}}\nsearch_space: s.yaml\n"
                     f"workload: {{input_len: 8, output_len: 16, warmup_requests: 0{workload}}}\n"
                     f"load: {{max_concurrency: [2]}}\n"
-                    f"study: {{storage: 'sqlite:///{tmp_path}/autotuner.db'{study}}}\n{extra}")
+                    f"study: {{storage: 'sqlite:///{tmp_path}/autotuner.db'{study}}}\n"
+                    f"confirm: {{top_k: 0}}\n{extra}")
     return path
 
 

@@ -66,6 +66,7 @@ workload: {{num_prompts: {NUM_PROMPTS}, input_len: 16, output_len: 32, warmup_re
 load: {{max_concurrency: {LEVELS}}}
 study: {{seed: 3}}
 startup_timeout_s: 30
+confirm: {{top_k: 1, repeats: 2}}
 enqueue:
   - {{parallel: 16, batch_size: 8, ubatch_size: 8}}
   - {{parallel: 4, batch_size: 512, ubatch_size: 512, flash_attn: "off"}}

@@ -42,6 +42,7 @@ workload: {{num_prompts: 8, input_len: 16, output_len: 16, warmup_requests: 2}}
 load: {{max_concurrency: [4]}}
 study: {{storage: "sqlite:///{tmp_path}/study.db", seed: 1}}
 startup_timeout_s: 30
+confirm: {{top_k: 0}}
 enqueue:
   - {{parallel: 16, batch_size: 8, ubatch_size: 8}}   # llama.cpp aborts at start: GGML_ASSERT
 """)

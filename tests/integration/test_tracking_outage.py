@@ -85,7 +85,8 @@ def test_study_survives_a_tracking_outage_and_backfills(tmp_path, tiny_model, ll
         (tmp_path / "exp.yaml").write_text(
             f"name: outage\nengine: llamacpp\nmodel: {{path: {tiny_model}}}\nsearch_space: s.yaml\n"
             "workload: {num_prompts: 4, input_len: 8, output_len: 8, warmup_requests: 0}\n"
-            f"load: {{max_concurrency: [2]}}\nstudy: {{storage: 'sqlite:///{tmp_path}/study.db'}}\n")
+            f"load: {{max_concurrency: [2]}}\nstudy: {{storage: 'sqlite:///{tmp_path}/study.db'}}\n"
+            "confirm: {top_k: 0}\n")
         exp = load_experiment(tmp_path / "exp.yaml")
         tracker = MlflowTracker(server.uri, attempts=2)
         tuner = Tuner(exp, engine=get_engine("llamacpp"), launcher=ProcessLauncher(tmp_path / "procs"),

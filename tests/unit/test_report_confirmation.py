@@ -1,11 +1,15 @@
-"""The study summary: winner by median over confirmations, gain over the baseline, noise note."""
+"""The study summary after a confirmation round: the winner by median among configs measured alike,
+the gain as a ratio of medians with its range, flaky configs out, one answer everywhere."""
 
 from __future__ import annotations
 
 import optuna
+import pytest
 from optuna.distributions import IntDistribution
 
+from autotuner import report
 from autotuner.report import summarize
+from autotuner.study import best_trial, verdict
 
 
 def study_with(values: list[tuple[float, bool, dict]], confirmation: dict | None = None) -> optuna.Study:
@@ -19,26 +23,48 @@ def study_with(values: list[tuple[float, bool, dict]], confirmation: dict | None
     return study
 
 
-def test_gain_over_the_baseline_and_top_rows():
+NIGHT = [(100.0, True, {}), (160.0, False, {"parallel": 8}), (150.0, False, {"parallel": 4})]
+
+
+def test_provisional_gain_over_the_baseline_and_top_rows():
     s = summarize(study_with([(100.0, True, {}), (150.0, False, {"parallel": 8}), (120.0, False, {"parallel": 2})]),
                   "output_tok_per_s")
-    assert s.best.number == 1 and s.baseline_value == 100.0 and s.gain == 0.5
+    assert s.best.number == 1 and s.baseline_value == 100.0 and s.gain == 0.5 and not s.confirmed
     assert [r.number for r in s.top] == [1, 2, 0]
     assert s.counts == {"COMPLETE": 3}
+    assert "provisional" in report.verdict(s)
 
 
-def test_a_lucky_measurement_loses_to_the_better_median():
-    s = summarize(study_with([(100.0, True, {}), (160.0, False, {"parallel": 8}), (150.0, False, {"parallel": 4})],
-                             confirmation={"1": [120.0, 118.0], "2": [149.0, 152.0]}), "output_tok_per_s")
-    assert s.best.number == 2 and s.best.median == 150.0
-    assert s.top[1].number == 1 and sorted(s.top[1].repeats) == [118.0, 120.0, 160.0] and s.top[1].median == 120.0
-    assert s.top_two_within_noise  # 118..160 overlaps 149..152
+def test_a_lucky_first_measurement_loses_to_the_better_median():
+    s = summarize(study_with(NIGHT, confirmation={"0": [101.0, 99.0, 100.0], "1": [120.0, 118.0, 119.0],
+                                                  "2": [149.0, 152.0, 150.0]}), "output_tok_per_s")
+    assert s.confirmed and s.best.number == 2 and s.best.median == 150.0
+    # The first (selected, so biased) measurement is not among the compared ones.
+    assert s.top[1].number == 1 and sorted(s.top[1].repeats) == [118.0, 119.0, 120.0]
+    assert s.baseline_value == 100.0 and s.gain == pytest.approx(0.5)
+    assert s.gain_range == pytest.approx((149 / 101 - 1, 152 / 99 - 1))
+    text = report.verdict(s)
+    assert "median of 3 confirmation launches, 149.0–152.0" in text and "+50.0% over the engine defaults" in text
 
 
-def test_separated_top_two_are_not_called_noise():
-    s = summarize(study_with([(200.0, False, {"parallel": 8}), (100.0, False, {"parallel": 4})],
-                             confirmation={"0": [198.0], "1": [101.0]}), "output_tok_per_s")
-    assert not s.top_two_within_noise and s.gain is None
+def test_a_config_whose_confirmation_launch_failed_is_flaky_and_cannot_win():
+    s = summarize(study_with(NIGHT, confirmation={"0": [100.0, 100.0], "1": [200.0, None], "2": [150.0, 151.0]}),
+                  "output_tok_per_s")
+    assert s.best.number == 2 and s.flaky == [1]
+    assert "flaky" in report.verdict(s) and "#1" in report.verdict(s)
+
+
+def test_the_defaults_can_win_and_the_verdict_says_so():
+    s = summarize(study_with(NIGHT, confirmation={"0": [170.0, 171.0], "1": [150.0, 152.0], "2": [140.0, 141.0]}),
+                  "output_tok_per_s")
+    assert s.best.baseline and s.gain == pytest.approx(0.0)
+    assert "engine defaults are the best configuration measured" in report.verdict(s)
+
+
+def test_every_reader_names_the_same_winner():
+    study = study_with(NIGHT, confirmation={"0": [100.0, 100.0], "1": [120.0, 118.0], "2": [149.0, 152.0]})
+    v = verdict(study)
+    assert v.winner.number == best_trial(study).number == summarize(study, "output_tok_per_s").best.number == 2
 
 
 def test_the_row_shows_the_level_the_trial_was_scored_by_not_the_fastest():
@@ -46,6 +72,6 @@ def test_the_row_shows_the_level_the_trial_was_scored_by_not_the_fastest():
     study.add_trial(optuna.trial.create_trial(
         value=100.0, params={"parallel": 4}, distributions={"parallel": IntDistribution(1, 64)},
         user_attrs={"levels": [{"output_tok_per_s": 100.0, "ttft_ms_p99": 300.0},     # met the SLO
-                               {"output_tok_per_s": 400.0, "ttft_ms_p99": 9000.0}]}))  # broke it
+                               {"output_tok_per_s": 400.0, "ttft_ms_p99": 9000.0}], "scored_level": 0}))  # broke it
     row = summarize(study, "output_tok_per_s").best
     assert row.metrics["ttft_ms_p99"] == 300.0

@@ -1,0 +1,112 @@
+"""The one rule that names the winner of a study and its gain over the engine defaults (pure).
+
+Every output that names a winner (progress, the MLflow parent run, report.md/json, best.json, the
+best-* files, `autotuner best`, the closing lines) asks `decide`, so no two parts can disagree.
+
+The rule, in two stages:
+
+- **Provisional** (no confirmation round yet): every configuration has been measured once, in its
+  trial. The best single value leads; the gain is that value over the baseline's single value. Said
+  as provisional: the leader of many single measurements is the luckiest as much as the fastest.
+- **Confirmed** (after the confirmation round): the top configurations and the baseline were launched
+  again in one round, interleaved (A, B, baseline, A, B, baseline, ...), so machine drift hits all
+  alike. Only those round measurements are compared: all candidates have the same number of them,
+  measured the same way, and none was selected for being high (the trials' first values were, which
+  is why they are left out). A candidate with a failed confirmation launch is flaky and cannot win.
+  The winner is the best median; the gain is the ratio of the winner's median to the baseline's, with
+  its range (worst against best pairing of the two sets).
+
+This module must never read a study or a file: callers turn trials into `Candidate`s.
+"""
+
+from __future__ import annotations
+
+import statistics
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+
+@dataclass(frozen=True)
+class Candidate:
+    """One configuration: the trial that first measured it and its measurements."""
+
+    number: int  # the trial that measured it first
+    first: float  # that trial's value
+    baseline: bool = False
+    confirmations: tuple[float | None, ...] = ()  # the confirmation round's values; None: the launch failed
+
+    @property
+    def flaky(self) -> bool:
+        return any(v is None for v in self.confirmations)
+
+    @property
+    def measured(self) -> list[float]:
+        return [v for v in self.confirmations if v is not None]
+
+
+@dataclass(frozen=True)
+class Verdict:
+    winner: Candidate | None
+    confirmed: bool  # chosen from the confirmation round (else provisional: single measurements)
+    value: float | None = None  # the winner's median (confirmed) or its single value (provisional)
+    baseline: Candidate | None = None
+    baseline_value: float | None = None
+    gain: float | None = None  # relative improvement over the baseline (0.25: 25% better)
+    gain_range: tuple[float, float] | None = None  # the gain's lowest and highest pairing (confirmed only)
+    flaky: tuple[int, ...] = ()  # trials whose configuration failed a confirmation launch
+    ranking: tuple[Candidate, ...] = field(default=())  # best first: the round (by median), then the rest
+
+    @property
+    def winner_is_baseline(self) -> bool:
+        return self.winner is not None and self.winner.baseline
+
+
+def decide(candidates: Sequence[Candidate], direction: str) -> Verdict:
+    """The winner among `candidates` (one per configuration) and its gain over the baseline."""
+    sign = 1.0 if direction == "maximize" else -1.0
+    baseline = next((c for c in candidates if c.baseline), None)
+    in_round = [c for c in candidates if c.confirmations]
+    if not in_round:
+        ranking = sorted(candidates, key=lambda c: -sign * c.first)
+        winner = ranking[0] if ranking else None
+        base_value = baseline.first if baseline else None
+        return Verdict(winner, False, winner.first if winner else None, baseline, base_value,
+                       _gain(winner.first, base_value, sign) if winner else None, None, (), tuple(ranking))
+    full = max(len(c.confirmations) for c in in_round)
+    # Same number of measurements, none failed: only those compare by median.
+    eligible = [c for c in in_round if len(c.confirmations) == full and not c.flaky]
+    flaky = tuple(c.number for c in in_round if c.flaky)
+    by_median = sorted(eligible, key=lambda c: -sign * statistics.median(c.measured))
+    rest = sorted((c for c in candidates if c not in by_median), key=lambda c: -sign * c.first)
+    ranking = tuple(by_median + rest)
+    winner = by_median[0] if by_median else None
+    if winner is None:
+        return Verdict(None, True, None, baseline, None, None, None, flaky, ranking)
+    value = statistics.median(winner.measured)
+    base_ok = baseline is not None and baseline in eligible
+    base_value = statistics.median(baseline.measured) if base_ok else None
+    gain_range = None
+    if base_ok:
+        pairs = [_gain(w, b, sign) for w in winner.measured for b in baseline.measured]  # type: ignore[union-attr]
+        finite = [g for g in pairs if g is not None]
+        gain_range = (min(finite), max(finite)) if finite else None
+    return Verdict(winner, True, value, baseline, base_value, _gain(value, base_value, sign), gain_range, flaky,
+                   ranking)
+
+
+def _gain(value: float, baseline: float | None, sign: float) -> float | None:
+    if baseline is None or baseline == 0:
+        return None
+    ratio = value / baseline
+    return ratio - 1 if sign > 0 else 1 - ratio
+
+
+def confirmation_order(candidates: Sequence[int], done: dict[int, int], repeats: int) -> int | None:
+    """The next candidate to measure in an interleaved round (A, B, baseline, A, B, baseline, ...):
+    the first in `candidates` order with the fewest measurements, until each has `repeats`.
+    `done`: measurements so far per candidate (a resumed round continues where it stopped)."""
+    pending = [n for n in candidates if done.get(n, 0) < repeats]
+    if not pending:
+        return None
+    fewest = min(done.get(n, 0) for n in pending)
+    return next(n for n in pending if done.get(n, 0) == fewest)
