@@ -259,7 +259,9 @@ class StudyConfig(_Strict):
     name: str | None = Field(None, description="Optuna study name (default: the experiment's name).")
     storage: str = Field("sqlite:///autotuner.db", description="Optuna storage URL.")
     sampler: Literal["tpe", "random", "gp", "nsga2"] = "tpe"
-    pruner: Literal["none", "median", "wilcoxon", "hyperband"] = "none"
+    pruner: Literal["none", "ceiling", "median", "wilcoxon", "hyperband"] = Field(
+        "none", description="Stop a trial early: ceiling (only when it can no longer beat the best), or one of "
+        "Optuna's (median, wilcoxon, hyperband: they compare the same ceilings step by step).")
     seed: int | None = 0
     baseline: bool = Field(True, description="Run the engine's defaults as the first trial.")
 

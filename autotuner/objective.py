@@ -53,6 +53,20 @@ def best_level(levels: Sequence[Mapping[str, float]], objective: ObjectiveConfig
     return pick(valid, key=lambda m: level_value(m, objective))
 
 
+def scored_index(levels: Sequence[Mapping[str, float]], objective: ObjectiveConfig) -> int | None:
+    """Which level `best_level` picks (None: no level counts), so no reader guesses it from the value."""
+    try:
+        chosen = best_level(levels, objective)
+    except (ValueError, KeyError):
+        return None
+    return next(i for i, m in enumerate(levels) if m is chosen)
+
+
+def slo_within(metrics: Mapping[str, float], slo: Mapping[str, float], margin: float) -> bool:
+    """This level would meet every SLO limit raised by `margin` (relative): a miss within the noise."""
+    return bool(slo) and all(name in metrics and metrics[name] <= limit * (1 + margin) for name, limit in slo.items())
+
+
 def trial_value(levels: Sequence[Mapping[str, float]], objective: ObjectiveConfig) -> float:
     """The best value among the levels that meet the SLO."""
     return level_value(best_level(levels, objective), objective)

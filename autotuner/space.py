@@ -8,7 +8,9 @@ evaluated by a whitelist interpreter over the sampled values, never by `eval`.
 from __future__ import annotations
 
 import ast
+import math
 import operator
+import random
 from collections.abc import Mapping
 from typing import Any, Protocol
 
@@ -24,6 +26,30 @@ class Suggester(Protocol):
     def suggest_float(self, name: str, low: float, high: float, *, step: float | None = None,
                       log: bool = False) -> float: ...
     def suggest_categorical(self, name: str, choices: Any) -> Any: ...
+
+
+class RandomSuggester:
+    """A `Suggester` that draws uniformly (log-uniformly where asked) from its own random generator:
+    for configs the sampler did not propose (an unmeasured config when it keeps re-proposing)."""
+
+    def __init__(self, rng: random.Random):
+        self.rng = rng
+
+    def suggest_int(self, name: str, low: int, high: int, *, step: int = 1, log: bool = False) -> int:
+        if log and low > 0:
+            return min(high, max(low, round(math.exp(self.rng.uniform(math.log(low), math.log(high + 1))) - 0.5)))
+        return self.rng.randrange(low, high + 1, step)
+
+    def suggest_float(self, name: str, low: float, high: float, *, step: float | None = None,
+                      log: bool = False) -> float:
+        if step:
+            return low + step * self.rng.randint(0, int((high - low) / step))
+        if log and low > 0:
+            return math.exp(self.rng.uniform(math.log(low), math.log(high)))
+        return self.rng.uniform(low, high)
+
+    def suggest_categorical(self, name: str, choices: Any) -> Any:
+        return self.rng.choice(list(choices))
 
 
 class ExpressionError(ValueError):

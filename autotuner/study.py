@@ -16,6 +16,7 @@ from optuna.trial import TrialState
 
 from autotuner import locks, record, recovery, winner
 from autotuner.config import ConfigError, ExperimentConfig
+from autotuner.pruning import CeilingPruner
 from autotuner.sampling import FailureAwareSampler
 
 
@@ -23,13 +24,17 @@ def make_sampler(name: str, seed: int | None) -> optuna.samplers.BaseSampler:
     """Optuna's sampler of that name; all but random search learn from failed configurations."""
     if name == "random":
         return optuna.samplers.RandomSampler(seed=seed)
-    return FailureAwareSampler(_base_sampler(name, seed))
+    return FailureAwareSampler(_base_sampler(name, seed), style="pruned" if name == "tpe" else "infeasible")
 
 
 def _base_sampler(name: str, seed: int | None) -> optuna.samplers.BaseSampler:
     if name == "tpe":
         # multivariate: llama.cpp's knobs interact (slots x batch x threads); constant_liar: parallel workers.
-        return optuna.samplers.TPESampler(seed=seed, multivariate=True, constant_liar=True, n_startup_trials=10)
+        # group: conditional params get groups of their own instead of leaving the joint model.
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
+            return optuna.samplers.TPESampler(seed=seed, multivariate=True, group=True, constant_liar=True,
+                                              n_startup_trials=10)
     if name == "gp":
         return optuna.samplers.GPSampler(seed=seed)
     if name == "nsga2":
@@ -40,13 +45,15 @@ def _base_sampler(name: str, seed: int | None) -> optuna.samplers.BaseSampler:
 def make_pruner(name: str, n_levels: int) -> optuna.pruners.BasePruner:
     if name == "none":
         return optuna.pruners.NopPruner()
+    if name == "ceiling":
+        return CeilingPruner()
     if name == "median":
         return optuna.pruners.MedianPruner(n_startup_trials=3, n_warmup_steps=0)
     if name == "wilcoxon":
         return optuna.pruners.WilcoxonPruner()
     if name == "hyperband":
         return optuna.pruners.HyperbandPruner(min_resource=1, max_resource=max(n_levels, 1))
-    raise ConfigError(f"unknown pruner '{name}' (pruners: none, median, wilcoxon, hyperband)")
+    raise ConfigError(f"unknown pruner '{name}' (pruners: none, ceiling, median, wilcoxon, hyperband)")
 
 
 def check_storage(url: str) -> None:

@@ -12,6 +12,7 @@ from __future__ import annotations
 import asyncio
 import json
 import platform
+import random
 import subprocess
 import time
 import warnings
@@ -30,11 +31,11 @@ from autotuner.bench.server_metrics import summarize as summarize_samples
 from autotuner.bench.spread import spread_metrics
 from autotuner.bench.workload import Workload
 from autotuner.config import Experiment, recheck
-from autotuner import host, locks, record, secrets, stopping, winner
+from autotuner import host, locks, pruning, record, secrets, stopping, winner
 from autotuner.engines._base import Engine, LaunchContext, LaunchSpec
 from autotuner.launchers._base import Handle, LaunchError, Launcher, free_port
 from autotuner.load_search import highest_passing, level_text, load_kind, make_plan
-from autotuner.objective import SloViolated, level_value, meets, trial_values
+from autotuner.objective import SloViolated, meets, scored_index, slo_within, trial_values
 from autotuner.pool import Leases, PoolTooSmall
 from autotuner.interrupts import StopRequests
 from autotuner.model_facts import feasibility_context
@@ -42,7 +43,7 @@ from autotuner.progress import Progress
 from autotuner.sampling import FAILURE_CONSTRAINT
 from autotuner.launchers._base import this_owner
 from autotuner.recovery import WORKER_ATTR, Heartbeat, recover_stale_trials
-from autotuner.space import SearchSpace
+from autotuner.space import RandomSuggester, SearchSpace
 from autotuner.study import best_trial, open_study, primary_value
 from autotuner.study import verdict as study_verdict
 from autotuner.study_artifacts import StudyArtifacts
@@ -50,6 +51,12 @@ from autotuner.tracking import LEVEL_PREFIX, MlflowTracker, TrialRecord, trial_r
 from autotuner.trial_records import TrialRecords
 
 LOG_TAIL_LINES = 30
+MAX_REASKS = 20  # re-proposals of measured configs in a row before an unmeasured one is drawn at random
+# Failures that say the config cannot run here; the others are measured once more before they count.
+PERMANENT_FAILURES = frozenset({"infeasible", "bad-flag", "assert", "oom", "model-load", "exited-at-start",
+                                "crashed-mid-run", "quality", "backend"})
+TRANSIENT_FAILURES = frozenset({"startup-timeout", "client-errors"})
+SLO_NOISE = 0.10  # an SLO missed by less than this (relative) may be the machine: measured once more
 
 
 @dataclass
@@ -60,7 +67,7 @@ class TrialResult:
     failure_class: str | None = None
     reason: str | None = None
     log_tail: str = ""
-    reused_from: int | None = None  # the trial whose measurement of the same config this repeats
+    transient: bool = False  # a failure the machine may have caused (measured once more before it is final)
     launch_tags: dict[str, str] = field(default_factory=dict)
     launch_artifacts: dict[str, str] = field(default_factory=dict)  # file name -> text
     level_metrics: list[dict[str, float]] = field(default_factory=list)  # the full per-level metrics
@@ -152,7 +159,11 @@ class Tuner:
                         progress.note(f"stopping: {message}")
                         self.study.set_user_attr("stop_reason", message)
                         break
-                    self._run_trial(index, progress)
+                    if not self._run_trial(index, progress):
+                        message = "every configuration of the search space was measured"
+                        progress.note(f"stopping: {message}")
+                        self.study.set_user_attr(record.STOP_REASON, message)
+                        break
                     self.artifacts.after_trial()
                     if decision := self._stop_decision():
                         progress.note(f"stopping: {decision.message}")
@@ -187,17 +198,20 @@ class Tuner:
             self._sync_tracking(force=True)
 
     def _trials_in_study(self) -> int:
-        """Trials run or running, by every worker; one that was interrupted and queued again counts once."""
-        return sum(1 for t in self.study.get_trials(deepcopy=False)
-                   if t.state != TrialState.WAITING and t.user_attrs.get("failure_class") != "interrupted")
+        """Trials run or running, by every worker; one that was interrupted and queued again counts once, and
+        a re-proposal answered without a launch not at all."""
+        return sum(1 for t in map(record.view, self.study.get_trials(deepcopy=False))
+                   if t.state != "WAITING" and t.failure_class != "interrupted" and t.counted)
 
     def _running_trials(self) -> list[int]:
         """Trials other workers are running now (this worker runs none between its trials)."""
         return [t.number for t in self.study.get_trials(deepcopy=False, states=(TrialState.RUNNING,))]
 
     def _stop_decision(self) -> stopping.StopDecision | None:
-        finished = self.study.get_trials(deepcopy=False, states=(TrialState.COMPLETE, TrialState.FAIL, TrialState.PRUNED))
-        points = [t.values if t.state == TrialState.COMPLETE else None for t in sorted(finished, key=lambda t: t.number)]
+        # Convergence counts trials that measured a config for the first time: a failure measured
+        # nothing, a retry or a re-proposal nothing new.
+        finished = [record.view(t) for t in self.study.get_trials(deepcopy=False, states=(TrialState.COMPLETE, TrialState.PRUNED))]
+        points = [t.values for t in sorted(finished, key=lambda t: t.number) if t.first_measurement]
         noise = max(self.cfg.stop.min_improvement, stopping.relative_noise(self._repeats()) or 0.0)
         if self.cfg.objective.multi:  # no target (config.cross_check); patience is on the front's hypervolume
             return stopping.decide_front(points, self.cfg.objective.all_directions,
@@ -282,37 +296,96 @@ class Tuner:
 
     # --- one trial --------------------------------------------------------------------------------------
 
-    def _run_trial(self, index: int, progress: Progress) -> None:
+    def _run_trial(self, index: int, progress: Progress) -> bool:
+        """Ask for a configuration not measured yet and measure it; False when the space holds none."""
         t0 = time.perf_counter()
-        with warnings.catch_warnings():  # we run our own heartbeat thread (recovery.Heartbeat) in ask/tell
-            warnings.filterwarnings("ignore", "Heartbeat of storage is supposed to be used with Study.optimize")
-            trial = self.study.ask()
-        trial.set_user_attr(WORKER_ATTR, this_owner())
-        baseline = bool(trial.user_attrs.get("baseline"))
-        params = {} if baseline else self.space.suggest(trial)
+        asked = self._ask_new(progress)
+        if asked is None:
+            return False
+        trial, params = asked
+        baseline = bool(trial.user_attrs.get(record.BASELINE))
         config = self.engine.describe(params)
-        progress.trial_started(index, trial.number,
-                               "baseline: engine defaults" if baseline else "config: " + (config or "(defaults)"))
+        who = trial.user_attrs.get(record.PROPOSED_BY) or "sampler"
+        why = trial.user_attrs.get(record.REASON)
+        progress.trial_started(index, trial.number, ("baseline: engine defaults" if baseline else
+                               "config: " + (config or "(defaults)")) + f" · by {who}" + (f": {why}" if why else ""))
         trial_dir = self.workdir / f"trial-{trial.number:04d}"
         self._sync_tracking()
-        run_id = self.tracker.start_trial(trial.number, tags={**self._common_tags(), "autotuner.baseline": str(baseline).lower()})
+        run_id = self.tracker.start_trial(trial.number, tags={**self._common_tags(), "autotuner.baseline": str(baseline).lower(),
+                                                             "autotuner.proposed_by": who, "autotuner.reason": why or ""})
         timings: dict[str, float] = {}
         self._records = TrialRecords()
         command = ""
         stop_now = False
         with Heartbeat(self.study, trial):
             try:
-                result = self._measured_before(trial, params)
-                if result is None:
-                    command, result = self._launch_and_measure(trial, params, run_id, trial_dir, progress, timings)
+                command, result = self._launch_and_measure(trial, params, run_id, trial_dir, progress, timings)
             except KeyboardInterrupt:  # a second Ctrl-C: the engine is already stopped
                 stop_now = True
                 result = TrialResult("FAIL", failure_class="interrupted", reason="interrupted at once by the user")
             self._finish(trial, run_id, params, result, command, trial_dir, timings, t0, progress)
         if result.failure_class == "interrupted":
-            self._requeue(trial, params)
+            self._requeue(trial, params, "retry", "interrupted: measured again")
+        elif result.transient and trial.user_attrs.get(record.RETRY_OF) is None:
+            progress.note(f"    {result.failure_class} may be the machine, not the config: measuring it once more")
+            self._requeue(trial, params, "retry", f"{result.failure_class} in trial #{trial.number}: once more")
         if stop_now:
             raise KeyboardInterrupt
+        return True
+
+    def _ask(self) -> optuna.Trial:
+        with warnings.catch_warnings():  # we run our own heartbeat thread (recovery.Heartbeat) in ask/tell
+            warnings.filterwarnings("ignore", "Heartbeat of storage is supposed to be used with Study.optimize")
+            trial = self.study.ask()
+        trial.set_user_attr(WORKER_ATTR, this_owner())
+        return trial
+
+    def _ask_new(self, progress: Progress) -> tuple[optuna.Trial, dict[str, Any]] | None:
+        """A trial with a configuration no finished trial measured (a retry measures its own again).
+
+        A re-proposal is told as a FAIL marked `duplicate_of` (hidden from the sampler, never launched,
+        never counted) and the sampler is asked again; after `MAX_REASKS` in a row an unmeasured config is
+        drawn at random. None when the space holds no unmeasured configuration."""
+        for attempt in range(MAX_REASKS + 1):
+            trial = self._ask()
+            baseline = bool(trial.user_attrs.get(record.BASELINE))
+            params = {} if baseline else self.space.suggest(trial)
+            if trial.user_attrs.get(record.RETRY_OF) is not None:
+                return trial, params
+            earlier = self._measured(params, baseline)
+            if earlier is None:
+                return trial, params
+            trial.set_user_attr(record.DUPLICATE_OF, earlier)
+            self.study.tell(trial, state=TrialState.FAIL)
+            if attempt + 1 == MAX_REASKS:
+                fresh = self._unmeasured_config()
+                if fresh is None:
+                    return None
+                progress.note(f"the sampler proposed measured configs {MAX_REASKS} times in a row: "
+                              "measuring an unmeasured one drawn at random")
+                self.study.enqueue_trial(fresh, user_attrs={record.PROPOSED_BY: "random",
+                                                            record.REASON: "the sampler kept re-proposing measured configs"})
+        return None
+
+    def _measured(self, params: dict[str, Any], baseline: bool) -> int | None:
+        """The trial that settled this configuration: measured it, or failed it for good (a transient
+        failure is settled by its retry; an interruption settles nothing)."""
+        key = record.TrialView(0, "", params, None, baseline).config_key
+        for t in map(record.view, self.study.get_trials(deepcopy=False, states=(TrialState.COMPLETE, TrialState.FAIL, TrialState.PRUNED))):
+            if t.config_key != key or t.duplicate_of is not None:
+                continue
+            if t.state != "FAIL" or t.failure_class in PERMANENT_FAILURES or t.retry_of is not None:
+                return t.number
+        return None
+
+    def _unmeasured_config(self) -> dict[str, Any] | None:
+        """A random feasible config of the space that no trial settled (None: none found in many draws)."""
+        rng = random.Random(len(self.study.trials))
+        for _ in range(500):
+            params = self.space.suggest(RandomSuggester(rng))
+            if not self._infeasible(params) and self._measured(params, False) is None:
+                return params
+        return None
 
     def _launch_and_measure(self, trial: optuna.Trial | None, params: dict[str, Any], run_id: str | None,
                             trial_dir: Path, progress: Progress, timings: dict[str, float],
@@ -344,7 +417,8 @@ class Tuner:
             self._check_stop("before warming up")
             result = asyncio.run(self._cancellable(self._measure(handle, trial, run_id, progress, timings)))
         except _Failed as f:
-            result = TrialResult("FAIL", failure_class=f.failure_class, reason=f.reason, log_tail=f.log_tail)
+            result = TrialResult("FAIL", failure_class=f.failure_class, reason=f.reason, log_tail=f.log_tail,
+                                 transient=f.failure_class in TRANSIENT_FAILURES)
         finally:
             try:
                 if handle is not None:  # whatever happened: an engine never outlives its trial
@@ -374,28 +448,10 @@ class Tuner:
         if self._stop.requested:
             raise _Failed("interrupted", f"stopped by {self._stop.requested} {when}")
 
-    def _measured_before(self, trial: optuna.Trial, params: dict[str, Any]) -> TrialResult | None:
-        """The result of an earlier trial of the same config, reused instead of launching again.
-
-        Interrupted trials do not count (they measured nothing); the baseline is never reused for a
-        sampled config, even when the values coincide, since it passes no flags at all.
-        """
-        baseline = bool(trial.user_attrs.get("baseline"))
-        for prev in self.study.get_trials(deepcopy=False, states=(TrialState.COMPLETE, TrialState.FAIL, TrialState.PRUNED)):
-            if prev.params != params or bool(prev.user_attrs.get("baseline")) != baseline:
-                continue
-            cls = prev.user_attrs.get("failure_class")
-            if prev.state == TrialState.FAIL and cls in (None, "interrupted"):
-                continue
-            state = prev.state.name
-            reason = f"same config as trial #{prev.number}" + (f": {prev.user_attrs.get('failure_reason')}" if cls else "")
-            return TrialResult(state, values=prev.values, failure_class=cls, reason=reason, reused_from=prev.number,
-                               level_metrics=list(prev.user_attrs.get("levels") or []))
-        return None
-
-    def _requeue(self, trial: optuna.Trial, params: dict[str, Any]) -> None:
-        attrs = {k: trial.user_attrs[k] for k in ("baseline", "enqueued") if k in trial.user_attrs}
-        self.study.enqueue_trial(params, user_attrs={**attrs, "retry_of": trial.number})
+    def _requeue(self, trial: optuna.Trial, params: dict[str, Any], who: str, why: str) -> None:
+        attrs = {k: trial.user_attrs[k] for k in (record.BASELINE, record.ENQUEUED) if k in trial.user_attrs}
+        self.study.enqueue_trial(params, user_attrs={**attrs, record.RETRY_OF: trial.number,
+                                                     record.PROPOSED_BY: who, record.REASON: why})
 
     async def _measure(self, handle: Handle, trial: optuna.Trial | None, run_id: str | None, progress: Progress,
                        timings: dict[str, float]) -> TrialResult:
@@ -431,7 +487,8 @@ class Tuner:
         results: list[LevelResult] = []
         t = time.perf_counter()
         step, level = 0, plan.next_level([])
-        best_so_far: float | None = None  # in a search: the best passing probe's value, reported each step
+        load_key = load_kind(self.cfg.load)
+        max_load = max(float(v) for lv in self.cfg.load.levels() for v in lv.values())
         while level is not None:
             of = f" [{step + 1}/{plan.total}]" if plan.total > 1 else ""
             progress.phase(f"measuring {level_text(level)}{of} ({w.num_prompts} requests)")
@@ -449,21 +506,26 @@ class Tuner:
             if not self.launcher.is_running(handle):
                 raise _Failed("crashed-mid-run", f"server died while measuring {level_text(level)}",
                               self.launcher.logs(handle, LOG_TAIL_LINES))
+            following = plan.next_level(self._records.level_metrics)
             # A search probes past capacity on purpose: failed requests there fail the probe, not the trial.
             if not search and metrics["error_rate"] > objective.max_error_rate:
                 sample = "; ".join(list(result.error_samples)[:3])
-                raise _Failed("client-errors", f"{metrics['error_rate']:.0%} of requests failed at "
-                              f"{level_text(level)}: {sample}", self.launcher.logs(handle, LOG_TAIL_LINES))
-            following = plan.next_level(self._records.level_metrics)
-            # Optuna takes intermediate values (and prunes) in single-objective studies only.
-            if trial is not None and not objective.multi and meets(metrics, objective):
-                value = level_value(metrics, objective)
-                if search:  # probes past the first two are other loads in other trials: compare the best so far
-                    pick = max if objective.direction == "maximize" else min
-                    value = best_so_far = value if best_so_far is None else pick(value, best_so_far)
-                trial.report(value, step)
-                if trial.should_prune():
-                    return TrialResult("PRUNED", levels=results, reason=f"pruned after {level_text(level)}",
+                why = f"{metrics['error_rate']:.0%} of requests failed at {level_text(level)}: {sample}"
+                if not any(meets(m, objective) for m in self._records.level_metrics[:-1]):
+                    raise _Failed("client-errors", why, self.launcher.logs(handle, LOG_TAIL_LINES))
+                # More load only fails more: the lower levels that met the SLO decide the value.
+                progress.phase(f"{why[:200]}; the lower levels that met the SLO count")
+                following = None
+            # Optuna takes intermediate values (and prunes) in single-objective studies only. Each step
+            # reports the trial's ceiling (pruning.py): the same quantity as its value, never a lower load's.
+            bound = pruning.ceiling(self._records.level_metrics, metric=objective.metric,
+                                    direction=objective.direction, load_key=load_key, max_load=max_load,
+                                    passes=lambda m: meets(m, objective), last_level=following is None)
+            if trial is not None and not objective.multi and bound is not None:
+                trial.report(bound, step)
+                if following is not None and trial.should_prune():
+                    return TrialResult("PRUNED", levels=results, reason=f"pruned after {level_text(level)}: "
+                                       f"it can reach at most {bound:,.1f} {objective.metric}",
                                        level_metrics=list(self._records.level_metrics))
             if self._stop.requested and following is not None:
                 return TrialResult("FAIL", levels=results, failure_class="interrupted",
@@ -476,8 +538,10 @@ class Tuner:
         try:
             values = trial_values(level_metrics, objective)
         except SloViolated as e:
+            # Within the noise of a limit, one more launch may pass: measured once more before it is final.
+            near = any(slo_within(m, objective.slo, SLO_NOISE) for m in level_metrics)
             return TrialResult("FAIL", levels=results, failure_class="slo-violated", reason=str(e),
-                               level_metrics=level_metrics)
+                               level_metrics=level_metrics, transient=near)
         return TrialResult("COMPLETE", values=values, levels=results, level_metrics=level_metrics)
 
     def _finish(self, trial: optuna.Trial, run_id: str | None, params: dict[str, Any], result: TrialResult,
@@ -488,12 +552,13 @@ class Tuner:
         self.redact.file(trial_dir / "server.log")
         level_metrics = result.metrics()
         attrs = {"state": result.state, "command": command, "timings": timings, "levels": level_metrics,
+                 record.SCORED_LEVEL: scored_index(level_metrics, self.cfg.objective) if result.values else None,
                  "max_load_meeting_slo": self._max_load(level_metrics),
                  "engine_version": self.engine_version, "engine_args": " ".join(self.engine.tuning_args(params)),
                  "launch_tags": {**self._records.image_tags(), **result.launch_tags}}
         # Set even when empty: a retried trial starts with a copy of the failed one's attributes.
         attrs.update(failure_class=result.failure_class, failure_reason=result.reason if result.failure_class else None,
-                     log_tail=result.log_tail[-4000:] or None, reused_from=result.reused_from)
+                     log_tail=result.log_tail[-4000:] or None)
         for key, value in attrs.items():
             trial.set_user_attr(key, value)
         if result.state == "FAIL" and result.failure_class != "interrupted":

@@ -52,7 +52,7 @@ CASES = {
     "bad-sampler": (EXP + "study: {sampler: cmaes}\n", SPACE,
                     "{exp}: field 'study.sampler': Input should be 'tpe', 'random', 'gp' or 'nsga2' (got 'cmaes')"),
     "bad-pruner": (EXP + "study: {pruner: asha}\n", SPACE,
-                   "{exp}: field 'study.pruner': Input should be 'none', 'median', 'wilcoxon' or 'hyperband' (got 'asha')"),
+                   "{exp}: field 'study.pruner': Input should be 'none', 'ceiling', 'median', 'wilcoxon' or 'hyperband' (got 'asha')"),
     "negative-timeout": (EXP + "startup_timeout_s: -1\n", SPACE,
                          "{exp}: field 'startup_timeout_s': Input should be greater than 0 (got -1)"),
     "engine-args-not-list": (EXP + "engine_args: --mlock\n", SPACE,

@@ -50,3 +50,52 @@ def test_interrupted_trials_are_invisible_to_the_sampler():
     trial.suggest_int("x", 0, 3)
     study.tell(trial, state=TrialState.FAIL)  # no constraint: an interruption, not the config's fault
     assert not is_config_failure(study.trials[0])
+
+
+def test_nsga2_and_gp_learn_from_failures_too():
+    from autotuner.study import make_sampler
+    # NSGA-II breeds after its first generation (50 trials); GP after its 10 random start-up trials.
+    for name, start, n in (("nsga2", 50, 120),) + ((("gp", 10, 40),) if _has_torch() else ()):
+        aware = [sum(t.state == TrialState.FAIL for t in run(make_sampler(name, s), n=n).trials[start:])
+                 for s in range(3)]
+        blind = [sum(t.state == TrialState.FAIL for t in run(optuna.samplers.RandomSampler(seed=s), n=n).trials[start:])
+                 for s in range(3)]
+        assert sum(aware) < 0.7 * sum(blind), (name, aware, blind)
+
+
+def _has_torch() -> bool:
+    try:
+        import torch  # noqa: F401 - only whether it imports
+    except ImportError:
+        return False
+    return True
+
+
+def test_the_joint_model_survives_a_baseline_trial_and_conditional_params(tmp_path):
+    """A real study as users run it (SQLite, the llama.cpp space with its conditional cache_type_v, the
+    baseline trial first): TPE's relative (joint) search space holds every param."""
+    from autotuner.config import load_experiment
+    from autotuner.space import SearchSpace
+    from autotuner.study import open_study
+    from pathlib import Path
+    repo = Path(__file__).resolve().parents[2]
+    exp = load_experiment(repo / "experiments" / "quickstart.yaml")
+    cfg = exp.config.model_copy(update={"study": exp.config.study.model_copy(
+        update={"storage": f"sqlite:///{tmp_path}/s.db"})})
+    study = open_study(cfg, n_levels=2)
+    space = SearchSpace(exp.space)
+    study.enqueue_trial({}, user_attrs={"baseline": True})
+    t = study.ask()
+    study.tell(t, 100.0)
+    for i in range(12):
+        t = study.ask()
+        params = space.suggest(t)
+        study.tell(t, 100.0 + i + (5 if params.get("flash_attn") == "off" else 0))
+    import warnings
+    warnings.simplefilter("ignore", UserWarning)  # heartbeats outside Study.optimize: the tuner's own thread
+    trial = study.ask()
+    joint = study.sampler.infer_relative_search_space(study, study._storage.get_trial(trial._trial_id))
+    assert set(space.names) <= set(joint), sorted(joint)
+    # What users got before: plain multivariate TPE on the same trials models no param jointly.
+    plain = optuna.samplers.TPESampler(seed=0, multivariate=True)
+    assert plain.infer_relative_search_space(study, study._storage.get_trial(trial._trial_id)) == {}
