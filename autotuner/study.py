@@ -86,6 +86,9 @@ def open_study(cfg: ExperimentConfig, n_levels: int) -> optuna.Study:
         if type(e).__module__.startswith(("sqlalchemy", "optuna")):
             raise ConfigError(f"study.storage: cannot open {cfg.study.storage}: {str(e).splitlines()[0]}") from None
         raise
+    if cfg.study.seed is not None and (n := len(study.get_trials(deepcopy=False))):
+        # A resumed study: a sampler seeded as at the start would replay its first proposals, all measured.
+        study.sampler = make_sampler(cfg.study.sampler, cfg.study.seed + n)
     with warnings.catch_warnings():  # experimental since Optuna 3.2, stable in use; names the axis in plots
         warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
         study.set_metric_names(cfg.objective.names)

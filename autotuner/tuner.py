@@ -290,9 +290,12 @@ class Tuner:
         trials = self.study.get_trials(deepcopy=False)
         if self.cfg.study.baseline and not any(t.user_attrs.get("baseline") for t in trials):
             # skip_if_exists: a second tuner starting on the same study at once must not queue it twice
-            self.study.enqueue_trial({}, user_attrs={"baseline": True}, skip_if_exists=True)
+            self.study.enqueue_trial({}, user_attrs={record.BASELINE: True, record.PROPOSED_BY: "baseline",
+                                                     record.REASON: "the engine's defaults: what every gain is measured against"},
+                                     skip_if_exists=True)
         for params in self.cfg.enqueue:
-            self.study.enqueue_trial(dict(params), user_attrs={"enqueued": True}, skip_if_exists=True)
+            self.study.enqueue_trial(dict(params), user_attrs={record.ENQUEUED: True, record.PROPOSED_BY: "experiment",
+                                                               record.REASON: "listed under enqueue"}, skip_if_exists=True)
 
     # --- one trial --------------------------------------------------------------------------------------
 
@@ -308,7 +311,8 @@ class Tuner:
         who = trial.user_attrs.get(record.PROPOSED_BY) or "sampler"
         why = trial.user_attrs.get(record.REASON)
         progress.trial_started(index, trial.number, ("baseline: engine defaults" if baseline else
-                               "config: " + (config or "(defaults)")) + f" · by {who}" + (f": {why}" if why else ""))
+                               "config: " + (config or "(defaults)")) + ("" if baseline else f" · by {who}"
+                                                                         + (f": {why}" if why else "")))
         trial_dir = self.workdir / f"trial-{trial.number:04d}"
         self._sync_tracking()
         run_id = self.tracker.start_trial(trial.number, tags={**self._common_tags(), "autotuner.baseline": str(baseline).lower(),
@@ -696,4 +700,12 @@ class Tuner:
                 metrics["best_trial"] = best.number
             metrics["pareto_front_size"] = len(self.study.best_trials)
         self.tracker.log_study(metrics=metrics)
+
+    def _best_so_far(self) -> tuple[int, float] | None:
+        """The winner by the one rule (provisional until confirmed), for the progress line."""
+        if self.cfg.objective.multi:
+            best = best_trial(self.study)
+            return (best.number, primary_value(best)) if best else None  # type: ignore[return-value]
+        v = study_verdict(self.study)
+        return (v.winner.number, v.value) if v.winner is not None and v.value is not None else None
 
