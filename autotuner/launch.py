@@ -52,7 +52,7 @@ def launch_spec(exp: Experiment, engine: Engine, params: Mapping[str, Any], *, p
     return replace(spec, env={**spec.env, **exp.config.env}, secret_env={**spec.secret_env, **(secrets or {})})
 
 
-def launch_gpus(exp: Experiment, engine: Engine, params: Mapping[str, Any], settings: DockerConfig) -> Gpus:
+def planned_gpus(exp: Experiment, engine: Engine, params: Mapping[str, Any], settings: DockerConfig) -> Gpus:
     """The GPUs of one launch on a node of its own: on a GPU experiment as many as the config needs (what
     the pool leases a trial: TP x PP x DP, or every declared GPU), else the docker section's."""
     if exp.config.hardware.gpus:
@@ -109,7 +109,7 @@ def _in_container(exp: Experiment, engine: Engine, params: Mapping[str, Any], se
     mounted = mounts(settings, exp.model_path, exp.source.parent)
     spec = launch_spec(exp, engine, params, port=port, binary=None, secrets=_secret_names(exp),
                        view=lambda ctx: container_context(settings, mounted, ctx))
-    argv = docker_run_argv(settings, mounted, spec, gpus=launch_gpus(exp, engine, params, settings),
+    argv = docker_run_argv(settings, mounted, spec, gpus=planned_gpus(exp, engine, params, settings),
                            host_port=host_port)
     return Launch(spec, argv)
 

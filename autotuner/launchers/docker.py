@@ -30,7 +30,6 @@ import os
 import threading
 import time
 from collections.abc import Callable
-from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -40,8 +39,8 @@ from docker.types import DeviceRequest, Mount
 
 from autotuner.config import DockerConfig
 from autotuner.engines._base import Engine, LaunchContext, LaunchSpec
-from autotuner.launchers.docker_command import (Gpus, Mount, container_context, container_path, docker_run_line,
-                                                environment, launch_gpus, mounts)
+from autotuner.launchers.docker_command import (Gpus, Mount, container_context, container_gpus, container_path,
+                                                docker_run_line, environment, mounts)
 from autotuner.launchers._base import (EngineExited, Handle, LaunchError, NotReady, owner_alive, tail, this_owner,
                                        wait_healthy)
 
@@ -184,7 +183,7 @@ class DockerLauncher:
             mem_limit=self.settings.memory,
             memswap_limit=self.settings.memory,
             mounts=[Mount(str(target), str(source), type="bind", read_only=ro) for source, target, ro in self.mounts],
-            device_requests=_device_requests(launch_gpus(spec, self.settings)),
+            device_requests=_device_requests(container_gpus(spec, self.settings)),
             cpuset_cpus=",".join(map(str, spec.cpu_ids)) or None,
             init=True,
         )
@@ -229,7 +228,7 @@ class DockerLauncher:
         handle.artifacts = {"docker-run.txt": (
             f"# Container {container.short_id} ({label_text}), image {self.settings.image} = {image_id}.\n"
             "# The same server by hand (without the autotuner labels, so that no study's reaper removes it):\n"
-            + docker_run_line(self.settings, self.mounts, spec, gpus=launch_gpus(spec, self.settings),
+            + docker_run_line(self.settings, self.mounts, spec, gpus=container_gpus(spec, self.settings),
                               host_port=host_port) + "\n")}
         return handle
 

@@ -61,7 +61,7 @@ def container_context(settings: DockerConfig, mounted: Sequence[Mount], host: La
     return replace(host, model_path=model, host="0.0.0.0", port=settings.container_port, binary=settings.binary)
 
 
-def launch_gpus(spec: LaunchSpec, settings: DockerConfig) -> Gpus:
+def container_gpus(spec: LaunchSpec, settings: DockerConfig) -> Gpus:
     """The GPUs a container gets: the pool's lease, else what the docker section says."""
     return list(spec.gpu_ids) or settings.gpus
 

@@ -25,7 +25,7 @@ from autotuner.cli import app
 from autotuner.config import load_experiment
 from autotuner.engines._base import get_engine
 from autotuner.launchers.docker import DockerLauncher
-from autotuner.launchers.docker_command import docker_run_argv, launch_gpus
+from autotuner.launchers.docker_command import container_gpus, docker_run_argv
 from autotuner.launchers.process import ProcessLauncher
 from autotuner.model_facts import feasibility_context
 from autotuner.pool import Pool, pack
@@ -77,7 +77,7 @@ def trial_launch(exp, engine, params, binary) -> tuple[list[str] | None, str]:
         pool = Pool.of_gpus(cfg.hardware.gpus)
         spec = replace(spec, gpu_ids=pack(pool.units, set(), pool.need(engine.gpus_needed(params),
                                                                         engine.cpus_needed(params))))
-    return docker_run_argv(launcher.settings, launcher.mounts, spec, gpus=launch_gpus(spec, launcher.settings),
+    return docker_run_argv(launcher.settings, launcher.mounts, spec, gpus=container_gpus(spec, launcher.settings),
                            host_port=launch.EXPORT_PORT), spec.command_line()
 
 
