@@ -97,16 +97,20 @@ def run(
             raise typer.Exit(130) from None
         if worker is not None:  # the process that started the workers reports on the study
             return
+    from autotuner.study_artifacts import front_commands, winner_text
+
+    # The commands the tuner wrote into best-command.sh and report.md (one builder); the files are its own.
     summary = report.summarize(study, exp.config.objective.metric)
     command = None
     if summary.best is not None:
-        command = tuner.redact.text(tuner.launch_spec(summary.best.params, report.EXPORT_PORT).command_line())
-    for row in summary.front:  # several objectives: every member of the Pareto front, ready to run
-        row.command = tuner.redact.text(tuner.launch_spec(row.params, report.EXPORT_PORT).command_line()) or ""
+        command = tuner.redact.text(winner_text("args", tuner.engine, exp, summary.best, tuner.binary,
+                                                tuner.engine_version).strip())
+    front_commands(summary, tuner.engine, exp, tuner.binary, tuner.engine_version)
+    for row in summary.front:
+        row.command = tuner.redact.text(row.command) or ""
     report.render(summary, tuner.engine, command, console)
-    path = report.write_best(summary, command, tuner.workdir)
-    if path:
-        console.print(f"Saved {path}")
+    if summary.best is not None and (tuner.workdir / "best.json").is_file():
+        console.print(f"Saved {tuner.workdir / 'best.json'}")
 
 
 def _override(exp, **sections: dict):
@@ -265,7 +269,7 @@ def report(
         _fail(f"--format: expected text, markdown or json (got {fmt!r})")
     from autotuner import report as rep
     from autotuner.engines._base import EngineError, get_engine
-    from autotuner.study_artifacts import bounds, front_commands, winner_text
+    from autotuner.study_artifacts import bounds, front_commands, study_binary, winner_text
     from autotuner.study_artifacts import target as exp_target
 
     optuna_study, exp = _study_for_reading(experiment, storage, study)
@@ -284,9 +288,9 @@ def report(
         engine = None
     command = None
     if summary.best is not None and engine is not None:
-        command = winner_text("args", engine, exp, summary.best, _binary(exp.config.engine),
-                              _version(optuna_study, summary.best.number)).strip()
-        front_commands(summary, engine, exp, _binary(exp.config.engine), _version(optuna_study, summary.best.number))
+        binary, version = study_binary(optuna_study, exp, engine), _version(optuna_study, summary.best.number)
+        command = winner_text("args", engine, exp, summary.best, binary, version).strip()
+        front_commands(summary, engine, exp, binary, version)
     if fmt == "json":
         typer.echo(json.dumps(rep.to_json(summary, command), indent=2))
     elif fmt == "markdown":
@@ -306,16 +310,18 @@ def best(
     storage: Optional[str] = _READ_STORAGE,
     study: Optional[str] = _READ_STUDY,
     fmt: str = typer.Option("args", "--format", "-f",
-                            help="args (engine command), docker (`docker run` line), config (the engine's own "
-                                 "config file), yaml, or env (environment variables the engine reads)."),
-    image: Optional[str] = typer.Option(None, "--image", help="Image for --format docker (default: the engine's)."),
+                            help="args (the command as the study launched it: the engine's, or `docker run` for "
+                                 "launcher docker), docker (`docker run` line), config (the engine's own config "
+                                 "file), yaml, or env (environment variables the engine reads)."),
+    image: Optional[str] = typer.Option(None, "--image", help="Image for --format docker (default: the study's, "
+                                        "else the engine's)."),
     out: Optional[Path] = typer.Option(None, "--out", "-o", help="Write to this file instead of stdout."),
 ) -> None:
     """Print the best configuration, ready to run."""
     from autotuner import export
     from autotuner import report as rep
     from autotuner.engines._base import EngineError, get_engine
-    from autotuner.study_artifacts import winner_text
+    from autotuner.study_artifacts import study_binary, winner_text
 
     if fmt not in export.FORMATS:
         _fail(f"--format: expected one of {', '.join(export.FORMATS)} (got {fmt!r})")
@@ -329,7 +335,7 @@ def best(
         _fail(str(e))
         return
     try:
-        text = winner_text(fmt, engine, exp, summary.best, _binary(exp.config.engine),
+        text = winner_text(fmt, engine, exp, summary.best, study_binary(optuna_study, exp, engine),
                            _version(optuna_study, summary.best.number), image=image)
     except export.ExportError as e:
         _fail(str(e))
@@ -346,15 +352,6 @@ def _version(optuna_study, number: int) -> str:
     """The engine version a trial ran (for image tags); 'latest' when unknown."""
     version = optuna_study.trials[number].user_attrs.get("engine_version") or "unknown"
     return "latest" if version == "unknown" else version
-
-
-def _binary(engine: str) -> Optional[str]:
-    if engine != "llamacpp":
-        return None
-    from autotuner import paths
-
-    found = paths.llama_server_binary()
-    return str(found) if found else None
 
 
 def main() -> None:

@@ -18,8 +18,8 @@ import optuna
 from optuna.trial import TrialState
 
 from autotuner.config import Experiment
-from autotuner.engines._base import Engine, LaunchContext, value_text
-from autotuner.launchers.docker_command import docker_run_line
+from autotuner.engines._base import Engine, value_text
+from autotuner.launch import planned
 from autotuner.model_facts import feasibility_context
 from autotuner.space import SearchSpace
 from autotuner.study import make_sampler
@@ -27,22 +27,9 @@ from autotuner.study import make_sampler
 DRY_RUN_PORT = 8000
 
 
-MODEL_FILE_SUFFIXES = (".gguf", ".safetensors", ".bin", ".pt", ".pth")
-
-
-def docker_volumes(exp: Experiment) -> list[str]:
-    """The model folder (or the folder of a model file), read-only at its own path, then docker.volumes.
-    Model folders are often named with dots (Llama-3.1-8B): only a known weights suffix means a file."""
-    path = exp.model_path
-    model = path.parent if path.is_file() or path.suffix.lower() in MODEL_FILE_SUFFIXES else path
-    extra = [f"{v.host}:{v.container}{':ro' if v.read_only else ''}" for v in exp.config.docker.volumes]
-    return [f"{model}:{model}:ro", *extra]
-
-
 def dry_run(exp: Experiment, engine: Engine, n: int, echo: Callable[[str], None], binary: str | None = None) -> int:
     """Print the first `n` sampled configs of `exp`; returns how many of them were infeasible."""
     cfg = exp.config
-    docker = cfg.launcher == "docker"
     space = SearchSpace(exp.space)
     facts = feasibility_context(exp)
     known = [k for k in ("num_attention_heads", "num_key_value_heads", "num_hidden_layers", "num_experts")
@@ -60,10 +47,6 @@ def dry_run(exp: Experiment, engine: Engine, n: int, echo: Callable[[str], None]
         study.enqueue_trial({}, user_attrs={"baseline": True})
     for params in cfg.enqueue:
         study.enqueue_trial(dict(params), user_attrs={"enqueued": True})
-    ctx = LaunchContext(model_path=exp.model_path, served_model_name=cfg.model.name, port=DRY_RUN_PORT,
-                        host="0.0.0.0" if docker else "127.0.0.1", binary=None if docker else binary,
-                        extra_args=tuple(cfg.engine_args), gpus=cfg.hardware.gpus,
-                        extra_env=tuple(cfg.env.items()))
     infeasible = 0
     for _ in range(n):
         trial = study.ask()
@@ -77,13 +60,8 @@ def dry_run(exp: Experiment, engine: Engine, n: int, echo: Callable[[str], None]
             infeasible += 1
             for rule in broken:
                 echo(f"#   infeasible: {rule}")
-        else:
-            spec = engine.build(params, ctx)
-            if docker:
-                echo(docker_run_line(spec, image=cfg.docker.image, gpus=max(engine.gpus_needed(params), 1)
-                                     if cfg.hardware.gpus else 0, volumes=docker_volumes(exp)))
-            else:
-                echo(spec.command_line())
+        else:  # the trial's launch, the Docker launcher's host port left to the daemon as in a trial
+            echo(planned(exp, engine, params, port=DRY_RUN_PORT, binary=binary).command)
         # Failed trials teach the sampler nothing: it samples as it would before any result came in.
         study.tell(trial, state=TrialState.FAIL)
     echo("")

@@ -1,14 +1,12 @@
 """The winner, ready to run: an engine command line, a `docker run` line, or a file the engine reads.
 
-Pure: every function maps a LaunchSpec (or an engine's tuning args) to text, and never looks at the
-disk, Docker or the engine. Formats:
+Pure: every function maps a launch (autotuner.launch: its spec, command and `docker run` argv, all from
+the one builder every trial used) to text, and never looks at the disk, Docker or the engine. Formats:
 
-- `args`   the engine's command line, exactly as the study launched it (on the export port).
-- `docker` `docker run` for the same configuration: the model's folder mounted read-only at /models,
-           the server listening on 0.0.0.0 inside and published on 127.0.0.1:<port> outside, GPUs
-           passed when the experiment has any. The image is the spec's own (Docker launcher) or the
-           engine's default image (`DEFAULT_IMAGES`); the image's entrypoint is the engine, so the
-           engine's executable is dropped from argv.
+- `args`   the command that starts the winner where the study ran it, on the export port: the engine's
+           command line (launcher process), or the `docker run` line (launcher docker).
+- `docker` `docker run` for the same configuration: a docker study's exactly as its trials ran (image,
+           entrypoint, environment, GPUs, mounts), a process study's in the engine's image.
 - `config` the engine's own configuration file: vLLM and SGLang read YAML (`--config FILE`, keys are
            the long option names without dashes); llama.cpp's llama-server reads INI presets from
            `$XDG_CONFIG_HOME/llama.cpp/config.ini` (or ~/.config/llama.cpp/config.ini,
@@ -18,15 +16,12 @@ disk, Docker or the engine. Formats:
            record of the winner (params, flags, command) that says so.
 - `env`    environment variables the engine reads (llama.cpp's LLAMA_ARG_*, from the `set_env` of
            each option in common/arg.cpp); options without one are listed as still needing their flag.
-
-`docker_run_argv` is shared with the Docker launcher: one place decides how a spec runs in a container.
 """
 
 from __future__ import annotations
 
 import shlex
 from collections.abc import Mapping, Sequence
-from pathlib import PurePosixPath
 from typing import Any
 
 import yaml
@@ -34,15 +29,6 @@ import yaml
 from autotuner.engines._base import LaunchSpec
 
 FORMATS = ("args", "docker", "config", "yaml", "env")
-CONTAINER_MODEL_DIR = "/models"
-CONTAINER_PORT_DEFAULT = 8080
-
-# The image whose entrypoint is the engine's server, by engine, when the spec names none.
-DEFAULT_IMAGES = {
-    "llamacpp": "autotuner/llama-server:{version}",
-    "vllm": "vllm/vllm-openai:{version}",
-    "sglang": "lmsysorg/sglang:{version}",
-}
 
 # llama.cpp: short flag -> (long option name, env var or None). From common/arg.cpp of the vendored
 # llama.cpp (llama-cpp-python 0.3.36): -tb has no env var.
@@ -110,39 +96,6 @@ def _scalar(value: str | None) -> Any:
     return {"true": True, "false": False}.get(value.lower(), value)
 
 
-# --- docker -----------------------------------------------------------------------------------------
-
-def docker_run_argv(spec: LaunchSpec, *, engine: str, model_path: str, image: str | None = None,
-                    version: str = "latest", host_port: int = CONTAINER_PORT_DEFAULT, gpus: int = 0,
-                    name: str | None = None) -> list[str]:
-    """`docker run` argv for a spec: the model's folder at /models (read-only), the server on 0.0.0.0
-    inside, published on 127.0.0.1:host_port. `image` wins over the spec's, then the engine's default."""
-    image = image or spec.image or DEFAULT_IMAGES.get(engine, "{engine}:{version}").format(
-        version=_tag(version), engine=engine)
-    model = PurePosixPath(model_path)
-    container_model = f"{CONTAINER_MODEL_DIR}/{model.name}"
-    args = list(spec.argv[1:]) if not spec.image else list(spec.argv)
-    args = [container_model if a == model_path else a for a in args]
-    for i, a in enumerate(args[:-1]):
-        if a == "--host":
-            args[i + 1] = "0.0.0.0"
-    argv = ["docker", "run", "--rm", "--init"]
-    if name:
-        argv += ["--name", name]
-    argv += ["-p", f"127.0.0.1:{host_port}:{spec.port}", "-v", f"{model.parent}:{CONTAINER_MODEL_DIR}:ro"]
-    if gpus:
-        argv += ["--gpus", "all"]
-    for key, value in sorted(spec.env.items()):
-        argv += ["-e", f"{key}={value}"]
-    return argv + [image, *args]
-
-
-def _tag(version: str) -> str:
-    """An image tag from an engine version: '0.5.0-dev+0c1e570' -> '0.5.0-dev-0c1e570'."""
-    tag = "".join(c if c.isalnum() or c in "._-" else "-" for c in version)
-    return tag.strip(".-")[:128] or "latest"
-
-
 # --- config files -----------------------------------------------------------------------------------
 
 def long_option_config(args: Sequence[str]) -> dict[str, Any]:
@@ -189,16 +142,14 @@ def llamacpp_env(args: Sequence[str]) -> tuple[dict[str, str], list[str]]:
 
 # --- one entry point --------------------------------------------------------------------------------
 
-def export(fmt: str, *, engine: str, spec: LaunchSpec, tuning_args: Sequence[str], model_path: str,
-           params: Mapping[str, Any], version: str = "latest", image: str | None = None, gpus: int = 0,
-           summary: Mapping[str, Any] | None = None) -> str:
-    """The winner in format `fmt` (one of FORMATS), as text ending in a newline."""
+def export(fmt: str, *, engine: str, spec: LaunchSpec, command: str, docker: Sequence[str],
+           tuning_args: Sequence[str], params: Mapping[str, Any], summary: Mapping[str, Any] | None = None) -> str:
+    """The winner in format `fmt` (one of FORMATS), as text ending in a newline. `spec` is the launch as the
+    server sees it, `command` what starts it where the study ran, `docker` its `docker run` argv."""
     if fmt == "args":
-        return spec.command_line() + "\n"
+        return command + "\n"
     if fmt == "docker":
-        argv = docker_run_argv(spec, engine=engine, model_path=model_path, image=image, version=version,
-                               host_port=spec.port, gpus=gpus)
-        return shlex.join(argv) + "\n"
+        return shlex.join(docker) + "\n"
     options = list(spec.argv[1:])
     if fmt == "env":
         if engine != "llamacpp":
@@ -215,7 +166,7 @@ def export(fmt: str, *, engine: str, spec: LaunchSpec, tuning_args: Sequence[str
     if fmt == "yaml":
         if engine == "llamacpp":
             record = {"engine": engine, "params": dict(params), "flags": list(tuning_args),
-                      "command": spec.command_line(), **({"result": dict(summary)} if summary else {})}
+                      "command": command, **({"result": dict(summary)} if summary else {})}
             return ("# llama-server reads no YAML: this records the winner. `autotuner best --format config`\n"
                     "# writes the config.ini it does read; `--format env` its LLAMA_ARG_* variables.\n"
                     + yaml.safe_dump(record, sort_keys=False))

@@ -29,7 +29,6 @@ from autotuner.study import verdict as study_verdict
 from autotuner.files import write_atomically
 from autotuner.engines._base import Engine
 
-EXPORT_PORT = 8080  # the winner's command listens here, not on the tuner's throw-away port
 LATENCY_COLUMNS = ("ttft_ms_p99", "tpot_ms_p99", "e2e_ms_p99")
 LOW_IMPORTANCE = 0.05
 MIN_TRIALS_FOR_EDGES = 10  # fewer complete trials cannot tell a range's edge from noise

@@ -22,11 +22,11 @@ from typing import Any
 import optuna
 import yaml
 
-from autotuner import export, plots, report
+from autotuner import export, launch, plots, report
 from autotuner.config import Experiment, FloatParam, IntParam
 from autotuner.secrets import Redactor
 from autotuner.study import best_trial, primary_value
-from autotuner.engines._base import Engine, LaunchContext, LaunchSpec
+from autotuner.engines._base import Engine
 from autotuner.tracking import MlflowTracker
 
 
@@ -67,25 +67,30 @@ def resolved_experiment(exp: Experiment) -> str:
     """The experiment as the study ran it: paths resolved, the search space inlined (YAML)."""
     data = exp.config.model_dump(mode="json")
     data["model"]["path"] = str(exp.model_path)
+    for volume, config in zip((data.get("docker") or {}).get("volumes", []), getattr(exp.config.docker, "volumes", [])):
+        volume["host"] = str((exp.source.parent / config.host).resolve())  # read back, the file's folder is gone
     data["search_space"] = exp.space.model_dump(mode="json", exclude_defaults=True)
     return (f"# {exp.source} with paths resolved and {exp.space_path} inlined\n"
             + yaml.safe_dump(data, sort_keys=False))
 
 
-def winner_spec(engine: Engine, exp: Experiment, params: dict[str, Any], binary: str | None) -> LaunchSpec:
-    ctx = LaunchContext(model_path=exp.model_path, served_model_name=exp.config.model.name, port=report.EXPORT_PORT,
-                        binary=binary, extra_args=tuple(exp.config.engine_args))
-    return engine.build(params, ctx)
-
-
 def winner_text(fmt: str, engine: Engine, exp: Experiment, row: report.TrialRow, binary: str | None,
                 version: str, image: str | None = None) -> str:
-    """The best trial in one of export.FORMATS."""
-    spec = winner_spec(engine, exp, row.params, binary)
-    return export.export(fmt, engine=engine.name, spec=spec, tuning_args=engine.tuning_args(row.params),
-                         model_path=str(exp.model_path), params=row.params, version=version, image=image,
-                         gpus=exp.config.hardware.gpus,
+    """A trial (the best) in one of export.FORMATS, built as its trials were launched (autotuner.launch)."""
+    winner = launch.planned(exp, engine, row.params, port=launch.EXPORT_PORT, binary=binary,
+                            host_port=launch.EXPORT_PORT)
+    docker = launch.docker_argv(exp, engine, row.params, host_port=launch.EXPORT_PORT, image=image, version=version)
+    return export.export(fmt, engine=engine.name, spec=winner.spec, command=winner.command, docker=docker,
+                         tuning_args=engine.tuning_args(row.params), params=row.params,
                          summary={"trial": row.number, exp.config.objective.metric: row.value})
+
+
+def study_binary(study: optuna.Study, exp: Experiment, engine: Engine) -> str | None:
+    """The engine's executable a study's trials ran (a process study's, as it recorded it, else the one
+    found here); None in a container, where the engine is the image's."""
+    if exp.config.launcher == "docker":
+        return None
+    return study.user_attrs.get("binary") or engine.find_binary()[0]
 
 
 def front_commands(summary: report.StudySummary, engine: Engine, exp: Experiment, binary: str | None,
@@ -115,6 +120,7 @@ class StudyArtifacts:
         self.study.set_user_attr("environment", self.environment)
         self.study.set_user_attr("settings", self._redacted(settings(self.exp)))
         self.study.set_user_attr("experiment", self.experiment_text)
+        self.study.set_user_attr("binary", self.binary)  # `autotuner best` exports the command the trials ran
         self.tracker.log_study(artifacts={"experiment.yaml": self.experiment_text})
 
     def after_trial(self) -> None:

@@ -31,7 +31,7 @@ from autotuner.bench.server_metrics import summarize as summarize_samples
 from autotuner.bench.spread import spread_metrics
 from autotuner.bench.workload import Workload
 from autotuner.config import Experiment, recheck
-from autotuner import host, locks, pruning, record, secrets, stopping, winner
+from autotuner import host, launch, locks, pruning, record, secrets, stopping, winner
 from autotuner.engines._base import Engine, LaunchContext, LaunchSpec
 from autotuner.launchers._base import Handle, LaunchError, Launcher, free_port
 from autotuner.load_search import highest_passing, level_text, load_kind, make_plan
@@ -622,11 +622,10 @@ class Tuner:
         return self.space.broken_constraints(params) + self.engine.infeasible(params, self.facts)
 
     def launch_spec(self, params: dict[str, Any], port: int, units: tuple[int, ...] = ()) -> LaunchSpec:
-        """The engine's launch of `params`, with the experiment's environment and secrets (and the pool's
-        `units`: GPU ids or CPU cores)."""
-        # The launcher says how the server sees the launch (in a container: the mounted model, its own port).
-        spec = self.engine.build(params, self.launcher.context(self.launch_context(port)))
-        spec = replace(spec, env={**spec.env, **self.cfg.env}, secret_env={**spec.secret_env, **self.secrets})
+        """The engine's launch of `params` (autotuner.launch, as the launcher sees it), with the secrets'
+        values and the pool's `units`: GPU ids or CPU cores."""
+        spec = launch.launch_spec(self.exp, self.engine, params, port=port, binary=self.binary,
+                                  view=self.launcher.context, secrets=self.secrets)
         if units and self.pool is not None:
             spec = replace(spec, **{"gpu_ids" if self.pool.pool.kind == "gpu" else "cpu_ids": units})
         return spec
@@ -648,9 +647,7 @@ class Tuner:
         return units
 
     def launch_context(self, port: int) -> LaunchContext:
-        return LaunchContext(model_path=self.exp.model_path, served_model_name=self.cfg.model.name, port=port,
-                             binary=self.binary, extra_args=tuple(self.cfg.engine_args), gpus=self.cfg.hardware.gpus,
-                             extra_env=tuple(self.cfg.env.items()))
+        return launch.launch_context(self.exp, port=port, binary=self.binary)
 
     def _engine_version(self) -> str:
         if not self.binary:

@@ -153,6 +153,7 @@ class VllmEngine(Engine):
             *self.tuning_args(params),
             *ctx.extra_args,
         ]
+        # The CPU build where the experiment declares no GPU: ctx.gpus is hardware.gpus for every caller.
         env = {**BASE_ENV, **(CPU_ENV if ctx.gpus == 0 else {}), **dict(ctx.extra_env), **self.tuning_env(params)}
         return LaunchSpec(argv=argv, port=ctx.port, served_model_name=ctx.served_model_name, health_path="/health",
                           env=env, image=DEFAULT_IMAGE)

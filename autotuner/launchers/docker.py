@@ -16,20 +16,21 @@ What a container changes, and where this module handles it:
 - Images are never pulled implicitly: `prepare()` checks that the image is on the daemon before any
   trial (the SDK's implicit pull fails with an opaque 500 where no registry is reachable). Pulling is
   opt-in (`docker.pull: true`) and reports progress.
+- The spec's argv[0] is the container's entrypoint, whatever the image's own is (vLLM's image has
+  `vllm serve`): what a container runs is the spec, as `docker_command` renders it.
 
-Each started container's image, image digest and id are `Handle.tags`, and its `docker run`
-equivalent is `Handle.artifacts["docker-run.txt"]`, so a trial can be reproduced by hand.
+The paths, environment and GPUs come from `docker_command` (pure), which also renders each started
+container's `docker run` equivalent, `Handle.artifacts["docker-run.txt"]`; the image, image digest and id
+are `Handle.tags`, so a trial can be reproduced by hand.
 """
 
 from __future__ import annotations
 
 import os
-import shlex
 import threading
 import time
 from collections.abc import Callable
-from dataclasses import replace
-from pathlib import Path, PurePosixPath
+from pathlib import Path
 from typing import Any
 
 import docker
@@ -38,6 +39,8 @@ from docker.types import DeviceRequest, Mount
 
 from autotuner.config import DockerConfig
 from autotuner.engines._base import Engine, LaunchContext, LaunchSpec
+from autotuner.launchers.docker_command import (Gpus, Mount, container_context, container_gpus, container_path,
+                                                docker_run_line, environment, mounts)
 from autotuner.launchers._base import (EngineExited, Handle, LaunchError, NotReady, owner_alive, tail, this_owner,
                                        wait_healthy)
 
@@ -87,17 +90,7 @@ class DockerLauncher:
         self._client: docker.DockerClient | None = None
         self._stream_client: docker.DockerClient | None = None
         self._image: Any = None
-        # (host source, container target, read-only), the model's first.
-        self.mounts: list[tuple[Path, PurePosixPath, bool]] = []
-        if model_path is not None:
-            model_path = model_path.resolve()
-            root = PurePosixPath(settings.model_dir)
-            if model_path.is_dir():
-                self.mounts.append((model_path, root / model_path.name, True))
-            else:  # the folder, so that files beside the model (split GGUFs, tokenizers) come along
-                self.mounts.append((model_path.parent, root, True))
-        for v in settings.volumes:
-            self.mounts.append(((base_dir / v.host).resolve(), PurePosixPath(v.container), v.read_only))
+        self.mounts: list[Mount] = mounts(settings, model_path, base_dir)  # the model's first
 
     @property
     def client(self) -> docker.DockerClient:
@@ -159,8 +152,8 @@ class DockerLauncher:
                                          served_model_name="version", port=0))
         argv = engine.version_argv(engine.build({}, ctx).argv[0])
         try:
-            out = self.client.containers.run(self.settings.image, argv, remove=True, stdout=True, stderr=True,
-                                             init=True, network_mode="none",
+            out = self.client.containers.run(self.settings.image, argv[1:], entrypoint=argv[:1], remove=True,
+                                             stdout=True, stderr=True, init=True, network_mode="none",
                                              labels={**labels, "autotuner.role": "version"})
         except DockerException:
             return "unknown"
@@ -170,19 +163,10 @@ class DockerLauncher:
 
     def context(self, host: LaunchContext) -> LaunchContext:
         """The launch as the server in the container sees it: mounted model, container port, image binary."""
-        model = self.container_path(host.model_path)
-        if self.settings.network_host:
-            return replace(host, model_path=model, binary=self.settings.binary)
-        return replace(host, model_path=model, host="0.0.0.0", port=self.settings.container_port,
-                       binary=self.settings.binary)
+        return container_context(self.settings, self.mounts, host)
 
     def container_path(self, path: Path) -> Path:
-        """Where a host path is inside the container; a path under no mount is taken as the image's own."""
-        resolved = path.resolve()
-        for source, target, _ in self.mounts:
-            if resolved == source or source in resolved.parents:
-                return Path(target / resolved.relative_to(source))
-        return path
+        return container_path(self.mounts, path)
 
     def start(self, spec: LaunchSpec, log_path: Path, labels: dict[str, str]) -> Handle:
         if self._image is None:
@@ -199,13 +183,13 @@ class DockerLauncher:
             mem_limit=self.settings.memory,
             memswap_limit=self.settings.memory,
             mounts=[Mount(str(target), str(source), type="bind", read_only=ro) for source, target, ro in self.mounts],
-            device_requests=self._device_requests(spec),
+            device_requests=_device_requests(container_gpus(spec, self.settings)),
             cpuset_cpus=",".join(map(str, spec.cpu_ids)) or None,
             init=True,
         )
         try:
             created = api.create_container(
-                self.settings.image, command=list(spec.argv), environment=env, labels={**labels, OWNER_LABEL: self.owner},
+                self.settings.image, entrypoint=spec.argv[:1], command=spec.argv[1:], environment=env, labels={**labels, OWNER_LABEL: self.owner},
                 ports=None if self.settings.network_host else [port], host_config=host_config,
                 stop_timeout=self.settings.stop_timeout_s, detach=True)
         except APIError as e:
@@ -244,7 +228,8 @@ class DockerLauncher:
         handle.artifacts = {"docker-run.txt": (
             f"# Container {container.short_id} ({label_text}), image {self.settings.image} = {image_id}.\n"
             "# The same server by hand (without the autotuner labels, so that no study's reaper removes it):\n"
-            + docker_run_line(self.settings, self.mounts, spec, env, host_port) + "\n")}
+            + docker_run_line(self.settings, self.mounts, spec, gpus=container_gpus(spec, self.settings),
+                              host_port=host_port) + "\n")}
         return handle
 
     def is_running(self, handle: Handle) -> bool:
@@ -311,19 +296,10 @@ class DockerLauncher:
         return self._stream_client
 
     def _environment(self, spec: LaunchSpec) -> dict[str, str]:
-        env = {**spec.log_env, **spec.env, **self.settings.env, **spec.secret_env}
-        env.update({k: os.environ[k] for k in self.settings.pass_env if k in os.environ})
-        return env
-
-    def _device_requests(self, spec: LaunchSpec) -> list[DeviceRequest] | None:
-        gpus = list(spec.gpu_ids) or self.settings.gpus  # the pool's lease, else what the experiment says
-        if gpus is None:
-            return None
-        if gpus == "all":
-            return [DeviceRequest(count=-1, capabilities=[["gpu"]])]
-        if isinstance(gpus, int):
-            return [DeviceRequest(count=gpus, capabilities=[["gpu"]])]
-        return [DeviceRequest(device_ids=[str(g) for g in gpus], capabilities=[["gpu"]])]
+        """`environment()` with the values of the variables it passes by name (secrets, pass_env)."""
+        values = {**spec.secret_env, **{k: os.environ[k] for k in self.settings.pass_env if k in os.environ}}
+        return {k: v if v is not None else values[k]
+                for k, v in environment(spec, self.settings).items() if v is not None or k in values}
 
     def _host_port(self, container: Any, port: str) -> int | None:
         for binding in (container.attrs.get("NetworkSettings", {}).get("Ports") or {}).get(port) or []:
@@ -353,32 +329,14 @@ class DockerLauncher:
                 raise
 
 
-def docker_run_line(s: DockerConfig, mounts: list[tuple[Path, PurePosixPath, bool]], spec: LaunchSpec,
-                    env: dict[str, str], host_port: int | None) -> str:
-    """The `docker run` command that starts the same server by hand (foreground, removed on exit).
-
-    Variables named in `pass_env` appear by name only (`-e NAME`: docker takes the value from the caller's
-    environment), so a secret never reaches the tracker."""
-    args = ["docker", "run", "--rm", "--init"]
-    if s.network_host:
-        args += ["--network", "host"]
-    else:
-        args += ["-p", f"127.0.0.1:{host_port or ''}:{spec.port}"]
-    if s.ipc_host:
-        args += ["--ipc", "host"]
-    if s.shm_size:
-        args += ["--shm-size", s.shm_size]
-    if s.memory:
-        args += ["--memory", s.memory, "--memory-swap", s.memory]
-    if s.gpus is not None:
-        gpus = s.gpus if isinstance(s.gpus, (str, int)) else '"device=' + ",".join(map(str, s.gpus)) + '"'
-        args += ["--gpus", str(gpus)]
-    for source, target, read_only in mounts:
-        args += ["-v", f"{source}:{target}" + (":ro" if read_only else "")]
-    for key in sorted(env):
-        args += ["-e", key if key in s.pass_env else f"{key}={env[key]}"]
-    args += ["--stop-timeout", str(s.stop_timeout_s), s.image, *spec.argv]
-    return shlex.join(args)
+def _device_requests(gpus: Gpus) -> list[DeviceRequest] | None:
+    if gpus is None or gpus == []:
+        return None
+    if gpus == "all":
+        return [DeviceRequest(count=-1, capabilities=[["gpu"]])]
+    if isinstance(gpus, int):
+        return [DeviceRequest(count=gpus, capabilities=[["gpu"]])]
+    return [DeviceRequest(device_ids=[str(g) for g in gpus], capabilities=[["gpu"]])]
 
 
 def _state(container: Any) -> dict[str, Any] | None:

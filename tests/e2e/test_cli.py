@@ -3,6 +3,7 @@ a real quickstart-sized study prints the best trials and a ready-to-run command.
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
@@ -67,7 +68,8 @@ def test_quickstart_sized_study_through_the_cli(tmp_path, tiny_model, llama_serv
         .replace("../models/quickstart.gguf", str(tiny_model)).replace("../search_spaces/llamacpp.yaml", "s.yaml")
         .replace("num_prompts: 32", "num_prompts: 16").replace("input_len: 64", "input_len: 16")
         .replace("output_len: 64", "output_len: 16").replace("max_concurrency: [4, 16]", "max_concurrency: [2, 8]")
-        .replace("repeats: 3", "repeats: 2"))
+        .replace("repeats: 3", "repeats: 2")
+        + 'env: {AUTOTUNER_TEST_MARK: "1"}\n')
     out = autotuner("run", "--experiment", "exp.yaml", "--trials", "3", cwd=tmp_path)
     assert out.returncode == 0, out.stderr[-3000:]
     assert "[trial 1/3 · #0] baseline: engine defaults" in out.stderr
@@ -84,6 +86,14 @@ def test_quickstart_sized_study_through_the_cli(tmp_path, tiny_model, llama_serv
     assert "over the engine defaults" in out.stdout or "(the baseline has no value: trial #0" in out.stdout, said
     assert f"--model {tiny_model} --host 127.0.0.1 --port 8080 --alias tiny-llama --metrics" in out.stdout
     assert (tmp_path / "results" / "quickstart" / "best.json").is_file()
+    # One winner command everywhere, with the experiment's environment: the file the tuner wrote (the CLI
+    # writes none of its own), the report, what the run printed and `autotuner best`.
+    results = tmp_path / "results" / "quickstart"
+    command = (results / "best-command.sh").read_text().removeprefix("#!/bin/sh\nexec ").strip()
+    assert command.startswith("AUTOTUNER_TEST_MARK=1 ") and command in out.stdout
+    assert f"```sh\n{command}\n```" in (results / "report.md").read_text()
+    assert json.loads((results / "best.json").read_text())["command"] == command
+    assert autotuner("best", "--experiment", "exp.yaml", cwd=tmp_path).stdout.strip() == command
     assert (tmp_path / "autotuner.db").is_file() and (tmp_path / "mlruns" / "mlflow.db").is_file()
 
 

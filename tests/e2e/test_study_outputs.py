@@ -232,7 +232,7 @@ def test_best_prints_a_ready_to_run_command_a_docker_line_and_a_config_the_engin
     assert args.stdout.strip() == best["command"] and "--port 8080" in args.stdout
 
     docker = autotuner("best", "-e", "exp.yaml", "--format", "docker", cwd=night, env=env).stdout
-    assert docker.startswith("docker run --rm --init -p 127.0.0.1:8080:8080 -v ")
+    assert docker.startswith("docker run --rm --init -p 127.0.0.1:8080:8000 -v ")  # the container port
     assert "autotuner/llama-server:" in docker and "--model /models/" in docker and "--host 0.0.0.0" in docker
 
     env_text = autotuner("best", "-e", "exp.yaml", "--format", "env", cwd=night, env=env).stdout

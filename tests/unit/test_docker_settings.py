@@ -12,7 +12,8 @@ from autotuner.config import ConfigError, DockerConfig, VolumeConfig, load_exper
 from autotuner.engines._base import LaunchContext, LaunchSpec
 from autotuner.engines.llamacpp import LlamaCppEngine
 from autotuner.launchers import make_launcher
-from autotuner.launchers.docker import DockerLauncher, docker_run_line
+from autotuner.launchers.docker import DockerLauncher
+from autotuner.launchers.docker_command import docker_run_line
 
 SPACE = "engine: llamacpp\nparams:\n  parallel: {type: int, low: 1, high: 4}\n"
 
@@ -89,20 +90,22 @@ def test_a_model_folder_is_mounted_whole_and_volumes_translate_too(tmp_path):
 def test_docker_run_line_reproduces_every_option_and_names_secrets_only():
     settings = DockerConfig(image="autotuner/llama-server:1", gpus=["0", "1"], ipc_host=True, shm_size="8g",
                             memory="16g", pass_env=["HF_TOKEN"], stop_timeout_s=7)
-    spec = LaunchSpec(argv=["llama-server", "--alias", "my model"], port=8000, served_model_name="my model")
+    spec = LaunchSpec(argv=["llama-server", "--alias", "my model"], port=8000, served_model_name="my model",
+                      log_env={"GGML_NO_BACKTRACE": "1"}, secret_env={"HF_TOKEN": "hf_secret"})
     mounts = [(Path("/data/models"), PurePosixPath("/models"), True), (Path("/data/k"), PurePosixPath("/k"), False)]
-    line = docker_run_line(settings, mounts, spec, {"GGML_NO_BACKTRACE": "1", "HF_TOKEN": "hf_secret"}, 49153)
+    line = docker_run_line(settings, mounts, spec, gpus=settings.gpus, host_port=49153)
     assert shlex.split(line) == [
         "docker", "run", "--rm", "--init", "-p", "127.0.0.1:49153:8000", "--ipc", "host", "--shm-size", "8g",
         "--memory", "16g", "--memory-swap", "16g", "--gpus", '"device=0,1"',
         "-v", "/data/models:/models:ro", "-v", "/data/k:/k",
-        "-e", "GGML_NO_BACKTRACE=1", "-e", "HF_TOKEN", "--stop-timeout", "7", "autotuner/llama-server:1",
-        "llama-server", "--alias", "my model"]
+        "-e", "GGML_NO_BACKTRACE=1", "-e", "HF_TOKEN", "--stop-timeout", "7", "--entrypoint", "llama-server",
+        "autotuner/llama-server:1", "--alias", "my model"]
     assert "hf_secret" not in line
 
 
 @pytest.mark.parametrize("gpus, flag", [("all", "all"), (2, "2")])
 def test_docker_run_line_gpus_all_or_count(gpus, flag):
     spec = LaunchSpec(argv=["srv"], port=8000, served_model_name="m")
-    line = docker_run_line(DockerConfig(image="i", gpus=gpus, network_host=True), [], spec, {}, None)
+    settings = DockerConfig(image="i", gpus=gpus, network_host=True)
+    line = docker_run_line(settings, [], spec, gpus=settings.gpus, host_port=None)
     assert f"--network host --gpus {flag} " in line and "-p" not in shlex.split(line)

@@ -20,35 +20,18 @@ def spec() -> LaunchSpec:
     return get_engine("llamacpp").build(PARAMS, ctx)
 
 
-def run(fmt: str, **kw) -> str:
+DOCKER = ["docker", "run", "--rm", "img", "--alias", "m"]
+
+
+def run(fmt: str) -> str:
     engine = get_engine("llamacpp")
-    return export.export(fmt, engine="llamacpp", spec=spec(), tuning_args=engine.tuning_args(PARAMS),
-                         model_path="/data/models/m.gguf", params=PARAMS, version="0.5.0+abc", **kw)
+    return export.export(fmt, engine="llamacpp", spec=spec(), command=spec().command_line(), docker=DOCKER,
+                         tuning_args=engine.tuning_args(PARAMS), params=PARAMS)
 
 
-def test_args_is_the_command_line():
+def test_args_and_docker_are_the_launchs_own_commands():
     assert run("args").strip() == spec().command_line()
-
-
-def test_docker_line_mounts_the_model_and_listens_inside():
-    argv = shlex.split(run("docker", gpus=2))
-    assert argv[:4] == ["docker", "run", "--rm", "--init"]
-    assert "-p" in argv and argv[argv.index("-p") + 1] == "127.0.0.1:8080:8080"
-    assert argv[argv.index("-v") + 1] == "/data/models:/models:ro"
-    assert argv[argv.index("--gpus") + 1] == "all"
-    image = argv.index("autotuner/llama-server:0.5.0-abc")
-    engine_args = argv[image + 1:]
-    assert engine_args[:2] == ["--model", "/models/m.gguf"]
-    assert engine_args[engine_args.index("--host") + 1] == "0.0.0.0"
-    assert "-np" in engine_args and "/opt/llama-server" not in argv
-
-
-def test_docker_keeps_a_container_spec_and_its_env():
-    s = LaunchSpec(argv=["vllm", "serve", "/m", "--port", "8000"], port=8000, served_model_name="m",
-                   env={"VLLM_X": "1"}, image="vllm/vllm-openai:v0.9")
-    argv = export.docker_run_argv(s, engine="vllm", model_path="/m", host_port=9000)
-    assert "127.0.0.1:9000:8000" in argv and "VLLM_X=1" in argv
-    assert argv[argv.index("vllm/vllm-openai:v0.9") + 1:] == ["vllm", "serve", "/models/m", "--port", "8000"]
+    assert shlex.split(run("docker")) == DOCKER
 
 
 def test_config_is_the_ini_llama_server_reads():
@@ -77,10 +60,10 @@ def test_long_option_engines_get_their_config_yaml():
     s = LaunchSpec(argv=["python", "-m", "vllm.entrypoints.openai.api_server", "--model", "/m", "--max-num-seqs", "8",
                          "--enforce-eager", "--no-enable-chunked-prefill", "--gpu-memory-utilization", "0.9"],
                    port=8000, served_model_name="m")
-    text = export.export("yaml", engine="vllm", spec=s, tuning_args=[], model_path="/m", params={})
+    text = export.export("yaml", engine="vllm", spec=s, command="", docker=[], tuning_args=[], params={})
     assert yaml.safe_load(text) == {"model": "/m", "max-num-seqs": 8, "enforce-eager": True,
                                     "enable-chunked-prefill": False, "gpu-memory-utilization": 0.9}
     with pytest.raises(export.ExportError, match="reads its settings"):
-        export.export("env", engine="vllm", spec=s, tuning_args=[], model_path="/m", params={})
+        export.export("env", engine="vllm", spec=s, command="", docker=[], tuning_args=[], params={})
     with pytest.raises(export.ExportError, match="formats: args"):
-        export.export("toml", engine="vllm", spec=s, tuning_args=[], model_path="/m", params={})
+        export.export("toml", engine="vllm", spec=s, command="", docker=[], tuning_args=[], params={})

@@ -1,0 +1,119 @@
+"""One configuration of an experiment, as it is launched: the one LaunchContext and LaunchSpec builder
+for trials, the dry run, the winner's exports, the report and `autotuner best`.
+
+What differs between those callers is data, never a second builder: the port, the engine's binary, the
+launcher's view of the launch (in a container: the mounted model, the container port, the image's
+binary), and the secrets (their values for a trial, their names for a command written down). So the
+winner's command carries the study's GPUs (vLLM's CPU build only where `hardware.gpus` is 0), its
+environment, image and model path exactly as its trials were launched.
+
+`planned` is a launch written down without a launcher: the engine's command line for a process study,
+the `docker run` line the Docker launcher would run for a docker study. `docker_argv` renders any study
+as a container (a process study in the engine's image).
+
+Pure: reads the experiment, never starts anything.
+"""
+
+from __future__ import annotations
+
+import shlex
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, replace
+from typing import Any
+
+from autotuner.config import DockerConfig, Experiment
+from autotuner.engines._base import Engine, LaunchContext, LaunchSpec
+from autotuner.launchers.docker_command import Gpus, container_context, docker_run_argv, mounts
+
+EXPORT_PORT = 8080  # the winner's command listens here, not on the tuner's throw-away port
+
+# The image whose PATH has the engine's server, by engine, when neither the study nor the spec names one.
+DEFAULT_IMAGES = {
+    "llamacpp": "autotuner/llama-server:{version}",
+    "vllm": "vllm/vllm-openai:{version}",
+    "sglang": "lmsysorg/sglang:{version}",
+}
+
+
+def launch_context(exp: Experiment, *, port: int, binary: str | None) -> LaunchContext:
+    """The launch as the tuner's host sees it: the model, the served name, the port, the engine's binary,
+    and the experiment's fixed engine_args, GPUs and environment."""
+    cfg = exp.config
+    return LaunchContext(model_path=exp.model_path, served_model_name=cfg.model.name, port=port, binary=binary,
+                         extra_args=tuple(cfg.engine_args), gpus=cfg.hardware.gpus, extra_env=tuple(cfg.env.items()))
+
+
+def launch_spec(exp: Experiment, engine: Engine, params: Mapping[str, Any], *, port: int, binary: str | None,
+                view: Callable[[LaunchContext], LaunchContext] = lambda ctx: ctx,
+                secrets: Mapping[str, str] | None = None) -> LaunchSpec:
+    """The engine's launch of `params`, as the server sees it through `view` (a launcher's `context`), with
+    the experiment's environment (over the engine's) and `secrets` (name -> value)."""
+    spec = engine.build(params, view(launch_context(exp, port=port, binary=binary)))
+    return replace(spec, env={**spec.env, **exp.config.env}, secret_env={**spec.secret_env, **(secrets or {})})
+
+
+def planned_gpus(exp: Experiment, engine: Engine, params: Mapping[str, Any], settings: DockerConfig) -> Gpus:
+    """The GPUs of one launch on a node of its own: on a GPU experiment as many as the config needs (what
+    the pool leases a trial: TP x PP x DP, or every declared GPU), else the docker section's."""
+    if exp.config.hardware.gpus:
+        return engine.gpus_needed(params) or exp.config.hardware.gpus
+    return settings.gpus
+
+
+@dataclass(frozen=True)
+class Launch:
+    """A launch written down: its spec as the server sees it, and its `docker run` argv when the study
+    runs its engine in a container."""
+
+    spec: LaunchSpec
+    docker: list[str] | None = None
+
+    @property
+    def command(self) -> str:
+        """What starts the same server where the study ran it (secrets by name only)."""
+        return shlex.join(self.docker) if self.docker else self.spec.command_line()
+
+
+def planned(exp: Experiment, engine: Engine, params: Mapping[str, Any], *, port: int, binary: str | None,
+            host_port: int | None = None) -> Launch:
+    """`params` launched as the study launches them: the host command (launcher process) on `port`, or
+    the Docker launcher's `docker run` line, published at `host_port` (None: a port the daemon picks)."""
+    if exp.config.launcher == "docker" and exp.config.docker is not None:
+        return _in_container(exp, engine, params, exp.config.docker, port=port, host_port=host_port)
+    return Launch(launch_spec(exp, engine, params, port=port, binary=binary, secrets=_secret_names(exp)))
+
+
+def docker_argv(exp: Experiment, engine: Engine, params: Mapping[str, Any], *, host_port: int,
+                image: str | None = None, version: str = "latest") -> list[str]:
+    """`docker run` for `params`: a docker study's exactly as its launcher runs it (`image` replacing
+    its image); a process study's in `image`, else the engine's (its spec's, else DEFAULT_IMAGES)."""
+    settings = exp.config.docker if exp.config.launcher == "docker" else None
+    if settings is None:
+        engine_image = engine.build(params, launch_context(exp, port=host_port, binary=None)).image
+        default = engine_image or DEFAULT_IMAGES.get(engine.name, "{engine}:{version}").format(
+            version=image_tag(version), engine=engine.name)
+        # PyTorch's workers share tensors through /dev/shm, which Docker limits to 64 MB otherwise.
+        settings = DockerConfig(image=default, ipc_host=exp.config.hardware.gpus > 0)
+    settings = settings.model_copy(update={"image": image}) if image else settings
+    return _in_container(exp, engine, params, settings, port=host_port, host_port=host_port).docker or []
+
+
+def image_tag(version: str) -> str:
+    """An image tag from an engine version: '0.5.0-dev+0c1e570' -> '0.5.0-dev-0c1e570'."""
+    tag = "".join(c if c.isalnum() or c in "._-" else "-" for c in version)
+    return tag.strip(".-")[:128] or "latest"
+
+
+def _in_container(exp: Experiment, engine: Engine, params: Mapping[str, Any], settings: DockerConfig, *,
+                  port: int, host_port: int | None) -> Launch:
+    mounted = mounts(settings, exp.model_path, exp.source.parent)
+    spec = launch_spec(exp, engine, params, port=port, binary=None, secrets=_secret_names(exp),
+                       view=lambda ctx: container_context(settings, mounted, ctx))
+    argv = docker_run_argv(settings, mounted, spec, gpus=planned_gpus(exp, engine, params, settings),
+                           host_port=host_port)
+    return Launch(spec, argv)
+
+
+def _secret_names(exp: Experiment) -> dict[str, str]:
+    # A command written down names its secrets and never holds their values (LaunchSpec.command_line).
+    return dict.fromkeys(exp.config.secret_env, "")
