@@ -185,6 +185,7 @@ class _ServerState:
         self.connections = 0  # TCP connections accepted (keep-alive reuse shows as few)
         self.transports: set[asyncio.Transport] = set()
         self.instant_cache: dict[tuple[Any, ...], bytes] = {}
+        self.metrics_padding: bytes | None = None
 
 
 class _HttpConnection(asyncio.Protocol):
@@ -251,10 +252,13 @@ class _HttpConnection(asyncio.Protocol):
                  f'vllm:num_requests_running{{engine="0",model_name="fake"}} {self.state.in_flight}',
                  "# TYPE vllm:request_success_total counter",
                  f'vllm:request_success_total{{engine="0",model_name="fake"}} {self.state.served}',
-                 "# TYPE vllm:e2e_request_latency_seconds histogram"]
-        lines += [f'vllm:e2e_request_latency_seconds_bucket{{engine="0",le="{i / 10}",model_name="fake"}} {i}'
-                  for i in range(self.state.config.metrics_lines)]
-        body = ("\n".join(lines) + "\n").encode()
+                 ""]
+        if self.state.metrics_padding is None:  # built once: serving /metrics must cost this server little
+            self.state.metrics_padding = "".join(
+                f'vllm:e2e_request_latency_seconds_bucket{{engine="0",le="{i / 10}",model_name="fake"}} {i}\n'
+                for i in range(self.state.config.metrics_lines)).encode()
+        body = "\n".join(lines).encode() + b"# TYPE vllm:e2e_request_latency_seconds histogram\n" \
+            + self.state.metrics_padding
         head = f"HTTP/1.1 200 OK\r\ncontent-type: text/plain; version=0.0.4\r\ncontent-length: {len(body)}\r\n"
         return (head + ("" if keep_alive else "connection: close\r\n") + "\r\n").encode() + body
 

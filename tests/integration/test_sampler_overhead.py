@@ -16,8 +16,8 @@ from autotuner.bench.server_metrics import ServerMetricsSampler
 from autotuner.bench.workload import Workload
 from tests.fake_openai_server import FakeOpenAIServer, FakeServerConfig
 
-REPEATS = 8
-POLL_INTERVAL_S = 0.02  # 25 times the tuner's rate: a worst case
+REPEATS = 10
+POLL_INTERVAL_S = 0.05  # 10 times the tuner's rate: a worst case
 WORKLOAD = Workload(num_prompts=300, input_len=8, output_len=16)
 
 
