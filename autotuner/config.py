@@ -115,7 +115,18 @@ class WorkloadConfig(_Strict):
     output_len: int = Field(64, gt=0, description="Generated tokens per request.")
     warmup_requests: int = Field(4, ge=0, description="Unmeasured requests sent before each trial.")
     request_timeout_s: float = Field(120.0, gt=0)
-    seed: int = 0
+    seed: int = Field(0, description="Seed of the prompts; the warm-up and each load level draw their own "
+                                     "prompts from it, the same in every trial, never one sent before.")
+    shared_prefix_len: int = Field(
+        0, ge=0, description="Words (about one token each) at the start of every prompt that are the same "
+                             "for all: prefix reuse on purpose, the same for every config (0: none).")
+
+    @model_validator(mode="after")
+    def _prefix(self) -> WorkloadConfig:
+        if self.shared_prefix_len >= self.input_len:
+            raise ValueError(f"shared_prefix_len ({self.shared_prefix_len}) must be below input_len "
+                             f"({self.input_len}): each prompt needs words of its own")
+        return self
 
 
 class LoadSearchConfig(_Strict):

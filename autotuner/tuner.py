@@ -24,12 +24,12 @@ from typing import Any
 import optuna
 from optuna.trial import TrialState
 
-from autotuner.bench.metrics import LevelResult
+from autotuner.bench.metrics import LevelResult, goodput, usage_note
 from autotuner.bench.runner import run_level
 from autotuner.bench.server_metrics import ServerMetricsSampler
 from autotuner.bench.server_metrics import summarize as summarize_samples
 from autotuner.bench.spread import spread_metrics
-from autotuner.bench.workload import Workload
+from autotuner.bench.workload import Workload, level_workload, warmup_workload
 from autotuner.config import Experiment, recheck
 from autotuner import host, launch, locks, pruning, record, secrets, stopping, winner
 from autotuner.engines._base import Engine, LaunchContext, LaunchSpec
@@ -461,13 +461,13 @@ class Tuner:
                        timings: dict[str, float]) -> TrialResult:
         w = self.cfg.workload
         workload = Workload(endpoint=w.endpoint, num_prompts=w.num_prompts, input_len=w.input_len,
-                            output_len=w.output_len, seed=w.seed)
+                            output_len=w.output_len, seed=w.seed, shared_prefix_len=w.shared_prefix_len)
         model = handle.spec.served_model_name
         levels = self.cfg.load.levels()
         if w.warmup_requests:
             progress.phase(f"warming up ({w.warmup_requests} requests)")
             t = time.perf_counter()
-            await run_level(handle.base_url, model, replace(workload, num_prompts=w.warmup_requests),
+            await run_level(handle.base_url, model, warmup_workload(workload, w.warmup_requests),
                             timeout_s=w.request_timeout_s, **levels[0])
             timings["warmup_s"] = time.perf_counter() - t
             self._check_stop("after warming up")
@@ -497,11 +497,15 @@ class Tuner:
             of = f" [{step + 1}/{plan.total}]" if plan.total > 1 else ""
             progress.phase(f"measuring {level_text(level)}{of} ({w.num_prompts} requests)")
             sampler.mark()
-            result, records = await run_level(handle.base_url, model, workload, timeout_s=w.request_timeout_s, **level)
+            result, records = await run_level(handle.base_url, model, level_workload(workload, step),
+                                              timeout_s=w.request_timeout_s, **level)
             self._records.add_level(step, records)
             results.append(result)
             metrics = {**level, **result.metrics(), **spread_metrics(records),
+                       "goodput_req_per_s": goodput(records, result.duration_s, objective.slo),
                        **summarize_samples(sampler.level_samples(step), self.engine.name)}
+            if note := usage_note(result):
+                progress.note(f"    warning at {level_text(level)}: {note}")
             self._records.level_metrics.append(metrics)
             # Per level under level/ (MLflow charts them as one section); the run's own metrics, logged at
             # the end, are the best level's, so the runs table compares trials by what they scored.

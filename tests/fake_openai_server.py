@@ -1,8 +1,8 @@
 """A real OpenAI-compatible streaming server with exactly known token timing: a test instrument.
 
 It speaks just enough HTTP/1.1 (keep-alive, chunked responses) over a raw asyncio Protocol to serve
-`POST /v1/completions` and `POST /v1/chat/completions` with `stream: true`, plus `GET /health` and
-`GET /v1/models`. Each generated token is one SSE event in its own HTTP chunk, as vLLM, SGLang and
+`POST /v1/completions` and `POST /v1/chat/completions` with `stream: true`, plus `GET /health`,
+`GET /v1/models` and (with `metrics_lines`) `GET /metrics`. Each generated token is one SSE event in its own HTTP chunk, as vLLM, SGLang and
 llama-server send them. A response is:
 
     [chat only: a role chunk with empty content]  N token chunks  a finish chunk (empty text)
@@ -61,6 +61,9 @@ class FakeServerConfig:
     # True: sleep out the last ~1 ms of each wait (accurate to ~0.1 ms, but blocks the loop meanwhile);
     # False: event-loop timers only (~1 ms late, but many concurrent streams keep their pace).
     precise_timing: bool = True
+    # GET /metrics in vLLM's names (requests running, requests served), plus this many histogram bucket
+    # lines, as many as a real engine's page carries (vLLM's: several hundred); 0: no /metrics (404).
+    metrics_lines: int = 0
 
     @property
     def instant(self) -> bool:
@@ -182,6 +185,7 @@ class _ServerState:
         self.connections = 0  # TCP connections accepted (keep-alive reuse shows as few)
         self.transports: set[asyncio.Transport] = set()
         self.instant_cache: dict[tuple[Any, ...], bytes] = {}
+        self.metrics_padding: bytes | None = None
 
 
 class _HttpConnection(asyncio.Protocol):
@@ -243,6 +247,21 @@ class _HttpConnection(asyncio.Protocol):
             del self.buf[: end + 4 + length]
             self._handle(method, target.split("?", 1)[0], body, keep_alive)
 
+    def _metrics(self, keep_alive: bool) -> bytes:
+        lines = ["# TYPE vllm:num_requests_running gauge",
+                 f'vllm:num_requests_running{{engine="0",model_name="fake"}} {self.state.in_flight}',
+                 "# TYPE vllm:request_success_total counter",
+                 f'vllm:request_success_total{{engine="0",model_name="fake"}} {self.state.served}',
+                 ""]
+        if self.state.metrics_padding is None:  # built once: serving /metrics must cost this server little
+            self.state.metrics_padding = "".join(
+                f'vllm:e2e_request_latency_seconds_bucket{{engine="0",le="{i / 10}",model_name="fake"}} {i}\n'
+                for i in range(self.state.config.metrics_lines)).encode()
+        body = "\n".join(lines).encode() + b"# TYPE vllm:e2e_request_latency_seconds histogram\n" \
+            + self.state.metrics_padding
+        head = f"HTTP/1.1 200 OK\r\ncontent-type: text/plain; version=0.0.4\r\ncontent-length: {len(body)}\r\n"
+        return (head + ("" if keep_alive else "connection: close\r\n") + "\r\n").encode() + body
+
     def _handle(self, method: str, path: str, raw_body: bytes, keep_alive: bool) -> None:
         assert self.transport is not None
         if method == "GET" and path == "/health":
@@ -250,6 +269,8 @@ class _HttpConnection(asyncio.Protocol):
         if method == "GET" and path == "/v1/models":
             models = {"object": "list", "data": [{"id": "fake", "object": "model", "root": "fake"}]}
             return self._reply(_plain_response(200, models, keep_alive), keep_alive)
+        if method == "GET" and path == "/metrics" and self.state.config.metrics_lines:
+            return self._reply(self._metrics(keep_alive), keep_alive)
         if method != "POST" or path not in ("/v1/completions", "/v1/chat/completions"):
             return self._reply(_plain_response(404, {"error": f"no route {method} {path}"}, keep_alive), keep_alive)
         try:

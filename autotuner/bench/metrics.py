@@ -11,6 +11,10 @@ can be compared with what users already know:
 - ITL   = gaps between consecutive content chunks, pooled over all completed requests. A chunk may carry
   several tokens (and chunks that arrived in one network read share a time), so ITL and TPOT differ.
 - Throughputs divide by the level's wall duration (first request sent -> last one finished).
+- usage_missing_rate = share of completed requests whose stream carried no `usage`: their output tokens
+  are counted content chunks (a chunk may carry several tokens), so token figures may be too low.
+- Goodput (`goodput`) = completed requests that meet every per-request SLO / duration, as
+  `vllm bench serve --goodput` counts it (see `goodput` for how SLO names map to per-request checks).
 - Percentiles interpolate linearly between order statistics, like numpy.percentile's default.
 
 A statistic without samples (e.g. TTFT when every request failed) is NaN, never 0: a 0 ms latency
@@ -22,7 +26,7 @@ This module is pure: no I/O, no clock, no globals; the same records always give 
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from itertools import pairwise
 from typing import Any
@@ -67,6 +71,17 @@ class LatencyStats:
                    p90=percentile(values, 90), p99=percentile(values, 99), max=values[-1])
 
 
+def request_latencies(rec: RequestRecord) -> tuple[float, float | None, float | None]:
+    """(E2E, TTFT, TPOT) of one completed request in ms; TTFT None without content, TPOT None with at
+    most one output token (see the module docstring)."""
+    e2e_ms = (rec.end_ns - rec.start_ns) / _NS_PER_MS
+    if rec.first_token_ns is None:
+        return e2e_ms, None, None
+    ttft_ms = (rec.first_token_ns - rec.start_ns) / _NS_PER_MS
+    tpot_ms = (e2e_ms - ttft_ms) / (rec.output_tokens - 1) if rec.output_tokens > 1 else None
+    return e2e_ms, ttft_ms, tpot_ms
+
+
 @dataclass(frozen=True)
 class LevelResult:
     """What one load level measured. `max_concurrency` / `request_rate` say which level it was
@@ -95,6 +110,10 @@ class LevelResult:
         total = self.completed + self.failed
         return self.failed / total if total else math.nan
 
+    @property
+    def usage_missing_rate(self) -> float:
+        return self.usage_missing / self.completed if self.completed else math.nan
+
     @classmethod
     def from_records(cls, records: Sequence[RequestRecord], duration_s: float, *,
                      max_concurrency: int | None = None, request_rate: float | None = None) -> LevelResult:
@@ -115,13 +134,12 @@ class LevelResult:
             input_tokens += rec.prompt_tokens
             output_tokens += rec.output_tokens
             usage_missing += not rec.usage_reported
-            e2e_ms = (rec.end_ns - rec.start_ns) / _NS_PER_MS
+            e2e_ms, ttft_ms, tpot_ms = request_latencies(rec)
             e2es.append(e2e_ms)
-            if rec.first_token_ns is not None:
-                ttft_ms = (rec.first_token_ns - rec.start_ns) / _NS_PER_MS
+            if ttft_ms is not None:
                 ttfts.append(ttft_ms)
-                if rec.output_tokens > 1:
-                    tpots.append((e2e_ms - ttft_ms) / (rec.output_tokens - 1))
+            if tpot_ms is not None:
+                tpots.append(tpot_ms)
             itls.extend((b - a) / _NS_PER_MS for a, b in pairwise(rec.chunk_times_ns))
         rate = (lambda x: x / duration_s) if duration_s > 0 else (lambda x: math.nan)
         return cls(
@@ -156,6 +174,7 @@ class LevelResult:
                 out[f"{name}_{stat}"] = getattr(stats, stat)
         out.update(
             error_rate=self.error_rate,
+            usage_missing_rate=self.usage_missing_rate,
             completed=float(self.completed),
             failed=float(self.failed),
             duration_s=self.duration_s,
@@ -179,6 +198,47 @@ class LevelResult:
             if data[name] is None:
                 data[name] = math.nan
         return cls(**data)
+
+
+def usage_note(result: LevelResult) -> str | None:
+    """A warning when some requests came without a `usage` chunk, else None."""
+    if not result.usage_missing:
+        return None
+    return (f"{result.usage_missing} of {result.completed} requests came without usage: their token counts are "
+            "counted chunks (a chunk may carry several tokens), so token throughput may read low")
+
+
+# SLO metric prefix -> the per-request latency it limits (index into request_latencies' tuple).
+_PER_REQUEST_SLO = {"e2e_ms_": 0, "ttft_ms_": 1, "tpot_ms_": 2}
+
+
+def goodput(records: Sequence[RequestRecord], duration_s: float, slo: Mapping[str, float]) -> float:
+    """Requests per second that met every SLO, as `vllm bench serve --goodput` counts them (its
+    calculate_metrics): good completed requests / the level's duration.
+
+    A level SLO limits a statistic (`ttft_ms_p99: 2000`); goodput applies its limit to each request:
+    `ttft_ms_*` -> the request's TTFT, `tpot_ms_*` -> its TPOT (0 with one output token, as in vLLM),
+    `e2e_ms_*` -> its end-to-end latency, whatever the statistic (mean, p50, p99, ...). Two limits on one
+    latency (ttft_ms_p50 and ttft_ms_p99): the tighter applies. `itl_ms_*` and `error_rate` have no
+    per-request meaning (vLLM's goodput takes ttft, tpot and e2el only) and are left out; a failed request
+    is never good. Without per-request limits every completed request is good (goodput = request_per_s).
+    """
+    if not duration_s > 0:
+        return math.nan
+    limits: dict[int, float] = {}
+    for name, limit in slo.items():
+        for prefix, index in _PER_REQUEST_SLO.items():
+            if name.startswith(prefix):
+                limits[index] = min(limit, limits.get(index, math.inf))
+    good = 0
+    for rec in records:
+        if rec.error is not None:
+            continue
+        latencies = request_latencies(rec)
+        if rec.first_token_ns is not None and latencies[2] is None:
+            latencies = (latencies[0], latencies[1], 0.0)  # one output token: no time per further token
+        good += all(latencies[i] is not None and latencies[i] <= limit for i, limit in limits.items())
+    return good / duration_s
 
 
 def _nan_to_none(obj: Any) -> Any:

@@ -36,10 +36,9 @@ from typing import Any
 import httpx
 
 from autotuner.bench.client import RequestRecord, make_client, stream_request
-from autotuner.bench.metrics import LatencyStats, LevelResult
-from autotuner.bench.workload import Workload, build_payloads
+from autotuner.bench.metrics import LatencyStats, LevelResult, usage_note
+from autotuner.bench.workload import Workload, build_payloads, warmup_workload
 
-WARMUP_SEED_OFFSET = 1_000_003  # warm-up prompts differ from measured ones (no prefix-cache head start)
 WORKER_START_TIMEOUT_S = 120.0  # spawning, importing and warming up one worker process
 
 
@@ -69,8 +68,8 @@ def _plan(base_url: str, model: str, workload: Workload, *, max_concurrency: int
     bodies = tuple(json.dumps(p).encode() for p in build_payloads(workload, model))
     warmup: tuple[bytes, ...] = ()
     if warmup_requests:
-        warm = replace(workload, num_prompts=warmup_requests, seed=workload.seed + WARMUP_SEED_OFFSET)
-        warmup = tuple(json.dumps(p).encode() for p in build_payloads(warm, model))
+        # Prompts no measured request sends: no prefix-cache head start (workload.warmup_workload).
+        warmup = tuple(json.dumps(p).encode() for p in build_payloads(warmup_workload(workload, warmup_requests), model))
     return _Plan(url=base_url.rstrip("/") + workload.path, endpoint=workload.endpoint, bodies=bodies,
                  warmup_bodies=warmup, max_concurrency=max_concurrency, request_rate=request_rate, seed=seed,
                  timeout_s=timeout_s)
@@ -301,8 +300,8 @@ def format_level(result: LevelResult) -> str:
         row(f"P90 {short} (ms):", _fmt(s.p90))
         row(f"P99 {short} (ms):", _fmt(s.p99))
         row(f"Max {short} (ms):", _fmt(s.max))
-    if result.usage_missing:
-        lines.append(f"note: {result.usage_missing} requests without usage; their token counts are chunk counts")
+    if note := usage_note(result):
+        lines.append(f"note: {note}")
     if result.error_samples:
         lines.append(" Errors ".center(width, "-"))
         for message, count in result.error_samples.items():

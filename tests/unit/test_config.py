@@ -69,6 +69,9 @@ def test_defaults_fill_what_the_file_leaves_out(tmp_path):
     (BASE, SPACE.replace("engine: llamacpp", "engine: vllm"),
      "space.yaml: field 'engine': search space is for 'vllm' but"),
     (BASE + "study: {sampler: cmaes}\n", SPACE, "exp.yaml: field 'study.sampler': Input should be"),
+    (BASE + "workload: {input_len: 64, shared_prefix_len: 64}\n", SPACE,
+     "exp.yaml: field 'workload': shared_prefix_len (64) must be below input_len (64): each prompt needs words "
+     "of its own"),
 ])
 def test_each_mistake_is_one_line_naming_file_and_field(tmp_path, experiment, space, expected):
     with pytest.raises(ConfigError) as err:

@@ -9,7 +9,7 @@ import random
 import pytest
 
 from autotuner.bench.client import RequestRecord
-from autotuner.bench.metrics import MAX_ERROR_SAMPLES, LatencyStats, LevelResult, percentile
+from autotuner.bench.metrics import MAX_ERROR_SAMPLES, LatencyStats, LevelResult, goodput, percentile, usage_note
 
 MS = 1_000_000  # ns
 
@@ -133,3 +133,34 @@ def test_percentile_matches_numpy_linear_interpolation() -> None:
         for p in (0, 1, 50, 90, 99, 99.9, 100):
             assert percentile(values, p) == pytest.approx(float(np.percentile(values, p)))
     assert math.isnan(percentile([], 50))
+
+
+def test_usage_missing_rate_and_its_warning() -> None:
+    records = [rec(0, [10, 12], 12, out=2), rec(0, [10, 12], 12, out=2, usage=False),
+               rec(0, [10], 12, out=1, usage=False), rec(0, [5], 6, out=1, usage=False, error="HTTP 500: x")]
+    result = LevelResult.from_records(records, 1.0)
+    # Failed requests say nothing about usage: 2 of the 3 completed came without it.
+    assert result.metrics()["usage_missing_rate"] == pytest.approx(2 / 3)
+    assert usage_note(result).startswith("2 of 3 requests came without usage")
+    assert usage_note(LevelResult.from_records(records[:1], 1.0)) is None
+    assert math.isnan(LevelResult.from_records([], 1.0).metrics()["usage_missing_rate"])
+
+
+def test_goodput_counts_requests_meeting_every_per_request_slo() -> None:
+    records = [
+        rec(0, [10, 12, 15], 16, out=4),   # TTFT 10, TPOT 2, E2E 16
+        rec(0, [40, 41], 42, out=2),        # TTFT 40, TPOT 2, E2E 42
+        rec(0, [5, 30], 35, out=2),         # TTFT 5, TPOT 30, E2E 35
+        rec(0, [8], 9, out=1),              # TTFT 8, one token: TPOT 0 (as vLLM), E2E 9
+        rec(0, [1], 2, out=1, error="HTTP 500: x"),  # failed: never good
+    ]
+    # Duration 2 s: goodput = good requests / 2.
+    assert goodput(records, 2.0, {}) == 4 / 2  # no per-request limit: every completed request
+    assert goodput(records, 2.0, {"ttft_ms_p99": 20}) == 3 / 2
+    assert goodput(records, 2.0, {"ttft_ms_p99": 20, "tpot_ms_mean": 10}) == 2 / 2
+    assert goodput(records, 2.0, {"ttft_ms_p99": 20, "tpot_ms_mean": 10, "e2e_ms_p50": 10}) == 1 / 2
+    # Two limits on TTFT: the tighter one applies.
+    assert goodput(records, 2.0, {"ttft_ms_p50": 9, "ttft_ms_p99": 100}) == 2 / 2
+    # ITL and error_rate have no per-request meaning: they do not change goodput.
+    assert goodput(records, 2.0, {"itl_ms_p99": 0.001, "error_rate": 0}) == 4 / 2
+    assert math.isnan(goodput(records, 0.0, {}))

@@ -3,11 +3,14 @@
 from __future__ import annotations
 
 import asyncio
+import http.server
+import threading
+import time
 
-import httpx
 import pytest
 
-from autotuner.bench.server_metrics import Sample, ServerMetricsSampler, canonical, parse_prometheus, summarize
+from autotuner.bench.server_metrics import (MetricsConnection, Sample, ServerMetricsSampler, canonical,
+                                            parse_prometheus, read_canonical, summarize)
 
 LLAMACPP = """\
 # HELP llamacpp:prompt_tokens_total Number of prompt tokens processed, excluding cached tokens
@@ -69,6 +72,7 @@ def test_parse_ignores_garbage_and_nan():
 ])
 def test_canonical_names_per_engine(engine, text, expected):
     assert canonical(engine, parse_prometheus(text)) == pytest.approx(expected)
+    assert read_canonical(engine, text.encode()) == pytest.approx(expected)  # the sampler's fast path agrees
 
 
 def test_summarize_gauges_and_counters():
@@ -84,54 +88,106 @@ def test_summarize_gauges_and_counters():
     assert summarize([], "vllm") == {"server_samples": 0.0}  # a level too short to sample says so
 
 
-def test_sampler_polls_a_real_socket_and_splits_samples_by_level():
-    """A real HTTP server on loopback whose /metrics changes between polls."""
-    polls = {"n": 0}
+class MetricsServer:
+    """A real HTTP server on loopback, in its own thread: /metrics shows a counter that grows by 10 on
+    every poll and a gauge equal to the poll's number."""
 
-    async def handle(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        await reader.readuntil(b"\r\n\r\n")
-        polls["n"] += 1
-        body = f"vllm:num_requests_running {polls['n']}\nvllm:generation_tokens_total {10 * polls['n']}\n".encode()
-        writer.write(b"HTTP/1.1 200 OK\r\nContent-Type: text/plain\r\nConnection: close\r\n"
-                     + f"Content-Length: {len(body)}\r\n\r\n".encode() + body)
-        await writer.drain()
-        writer.close()
+    def __init__(self) -> None:
+        polls = self.polls = [0]
 
-    async def go() -> ServerMetricsSampler:
-        server = await asyncio.start_server(handle, "127.0.0.1", 0)
-        port = server.sockets[0].getsockname()[1]
-        sampler = ServerMetricsSampler(f"http://127.0.0.1:{port}", "vllm", interval_s=0.05)
-        async def until(n: int) -> None:  # a loaded machine polls late: wait for samples, not for time
-            for _ in range(200):
-                if len(sampler.samples) >= n:
-                    return
-                await asyncio.sleep(0.025)
+        class Handler(http.server.BaseHTTPRequestHandler):
+            def do_GET(self) -> None:
+                polls[0] += 1
+                body = (f"vllm:num_requests_running {polls[0]}\n"
+                        f"vllm:generation_tokens_total {10 * polls[0]}\n").encode()
+                self.send_response(200)
+                self.send_header("Content-Length", str(len(body)))
+                self.end_headers()
+                self.wfile.write(body)
 
+            def log_message(self, *args: object) -> None:
+                pass
+
+        self.server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.url = f"http://127.0.0.1:{self.server.server_address[1]}"
+        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+
+    def close(self) -> None:
+        self.server.shutdown()
+        self.server.server_close()
+
+
+def wait_for(sampler: ServerMetricsSampler, n: int) -> None:
+    """A loaded machine polls late: wait for samples, not for time."""
+    for _ in range(400):
+        if len([s for s in sampler.samples if not s.boundary]) >= n:
+            return
+        time.sleep(0.025)
+
+
+def test_sampler_polls_on_its_own_thread_and_splits_samples_by_level():
+    server = MetricsServer()
+    sampler = ServerMetricsSampler(server.url, "vllm", interval_s=0.05)
+    try:
         sampler.start()
         sampler.mark()
-        await until(2)
+        wait_for(sampler, 2)
+        first = sampler.level_samples(0)  # closes level 0 with a boundary sample
         sampler.mark()
-        await until(len(sampler.samples) + 2)
-        await sampler.stop()
+        wait_for(sampler, len([s for s in sampler.samples if not s.boundary]) + 2)
+        second = sampler.level_samples(1)
+        asyncio.run(sampler.stop())  # awaitable from the measurement's event loop
+    finally:
         server.close()
-        await server.wait_closed()
-        return sampler
-
-    sampler = asyncio.run(go())
-    first, second = sampler.level_samples(0), sampler.level_samples(1)
-    assert len(first) >= 2 and len(second) >= 2 and sampler.failures == 0
+    assert sampler.failures == 0 and len(first) >= 4 and len(second) >= 4
+    assert any(s.boundary for s in first) and any(s.boundary for s in second)  # each level's start and end
+    # Every poll is one sample, in order, each in exactly one level.
     assert [s.values["requests_running"] for s in first + second] == list(range(1, len(first) + len(second) + 1))
     assert all(a.t_s < b.t_s for a, b in zip(first, first[1:]))
-    assert summarize(second, "vllm")["server_generation_tokens"] == 10 * (len(second) - 1)
+    out = summarize(second, "vllm")
+    # The counter's increase runs from the level's first (boundary) sample to its last.
+    assert out["server_generation_tokens"] == 10 * (len(second) - 1)
+    # Gauges come from the samples under load only.
+    inside = [s.values["requests_running"] for s in second if not s.boundary]
+    assert out["server_samples"] == len(inside) and out["server_requests_running_max"] == max(inside)
     assert sampler.poll_cpu_s > 0
+    sampler.close()  # safe twice
+
+
+def test_a_level_shorter_than_the_interval_still_counts_its_counters():
+    """A level of ~10 ms, far below the 10 s interval: the boundary samples alone give its counters."""
+    server = MetricsServer()
+    sampler = ServerMetricsSampler(server.url, "vllm", interval_s=10.0)
+    try:
+        sampler.start()
+        sampler.mark()
+        time.sleep(0.01)
+        samples = sampler.level_samples(0)
+        sampler.close()
+    finally:
+        server.close()
+    assert len(samples) >= 2
+    out = summarize(samples, "vllm")
+    assert out["server_generation_tokens"] == samples[-1].values["generation_tokens_total"] - samples[0].values[
+        "generation_tokens_total"] > 0
 
 
 def test_sampler_survives_a_server_without_metrics():
-    async def go():
-        sampler = ServerMetricsSampler("http://127.0.0.1:9", "vllm", interval_s=0.05)  # nothing listens on 9
-        async with httpx.AsyncClient(timeout=0.5) as client:
-            assert await sampler.sample_once(client) is None
-        return sampler
-
-    sampler = asyncio.run(go())
+    sampler = ServerMetricsSampler("http://127.0.0.1:9", "vllm", interval_s=0.05)  # nothing listens on 9
+    connection = MetricsConnection("http://127.0.0.1:9", 0.5)
+    assert sampler.sample_once(connection) is None
     assert sampler.samples == [] and sampler.failures == 1
+    sampler.start()
+    sampler.mark()  # returns although no sample comes
+    assert sampler.level_samples(0) == []
+    sampler.close()
+    assert sampler.failures >= 3
+
+
+def test_prefix_cache_hit_rate_from_vllms_counters():
+    samples = [Sample(0.0, {"prefix_cache_queries_total": 1000, "prefix_cache_hits_total": 100}, True),
+               Sample(0.5, {"prefix_cache_queries_total": 3000, "prefix_cache_hits_total": 1100}, True)]
+    out = summarize(samples, "vllm")
+    assert out["server_prefix_cache_queries"] == 2000 and out["server_prefix_cache_hits"] == 1000
+    assert out["server_prefix_cache_hit_rate"] == 0.5
+    assert out["server_samples"] == 0  # boundary samples only: no gauge says anything

@@ -7,7 +7,7 @@ import os
 
 import pytest
 
-from autotuner.bench.workload import WORDS, Workload, build_payloads, build_prompts
+from autotuner.bench.workload import WORDS, Workload, build_payloads, build_prompts, level_workload, warmup_workload
 
 
 def test_same_seed_same_payloads_other_seed_other_prompts() -> None:
@@ -97,3 +97,39 @@ def test_prompts_are_pinned() -> None:
     # Changing WORDS or the drawing changes every prompt, and so every result compared across studies.
     assert build_prompts(2, 5, seed=0) == ["fire side national when through", "state field may under high"]
     assert len(WORDS) == len(set(WORDS)) == 164
+
+
+def prompts(workload: Workload) -> list[str]:
+    return [p["prompt"] for p in build_payloads(workload, "m")]
+
+
+def test_warmup_and_every_level_send_prompts_no_other_sends() -> None:
+    """No prefix-cache head start: a prompt is never sent twice, and none shares a 16-word head with another."""
+    w = Workload(num_prompts=64, input_len=32, seed=3)
+    streams = [prompts(warmup_workload(w, 8))] + [prompts(level_workload(w, i)) for i in range(6)]
+    sent = [p for stream in streams for p in stream]
+    assert len(sent) == 8 + 6 * 64
+    assert len({tuple(p.split()[:16]) for p in sent}) == len(sent)
+    # The same for every trial (a config sees what every other config saw at that level) ...
+    assert prompts(level_workload(w, 4)) == streams[5] and prompts(warmup_workload(w, 8)) == streams[0]
+    # ... level 0 is the workload's own prompts, and another seed gives other levels.
+    assert streams[1] == prompts(w)
+    assert not set(prompts(level_workload(Workload(num_prompts=64, input_len=32, seed=4), 1))) & set(sent)
+
+
+def test_a_shared_prefix_is_the_same_in_every_prompt_of_every_stream() -> None:
+    w = Workload(num_prompts=16, input_len=40, seed=5, shared_prefix_len=24)
+    streams = [prompts(warmup_workload(w, 4))] + [prompts(level_workload(w, i)) for i in range(3)]
+    sent = [p.split() for stream in streams for p in stream]
+    assert all(len(words) == 40 for words in sent)
+    assert len({tuple(words[:24]) for words in sent}) == 1  # one prefix for all
+    assert len({tuple(words[24:]) for words in sent}) == len(sent)  # the rest never repeats
+    other_seed = prompts(Workload(num_prompts=1, input_len=40, seed=6, shared_prefix_len=24))[0]
+    assert other_seed.split()[:24] != sent[0][:24]
+    # Without a prefix nothing changes: the pinned prompts stay the same.
+    assert prompts(Workload(num_prompts=2, input_len=5, seed=0)) == build_prompts(2, 5, 0)
+
+
+def test_a_prefix_as_long_as_the_prompt_is_refused() -> None:
+    with pytest.raises(ValueError, match="shared_prefix_len"):
+        Workload(input_len=8, shared_prefix_len=8)

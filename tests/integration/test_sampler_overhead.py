@@ -1,0 +1,55 @@
+"""The engine's /metrics sampler does not disturb the measurement: TTFT p99 against the instant fake
+server, with and without the sampler polling a vLLM-sized /metrics page, differs by no more than
+repeats of the same run differ among themselves.
+
+On a loaded 2-core machine single runs move a lot, so the runs alternate (with, without, without,
+with, ...) and the medians of the repeats are compared with the spread of the repeats.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import statistics
+
+from autotuner.bench.runner import run_level
+from autotuner.bench.server_metrics import ServerMetricsSampler
+from autotuner.bench.workload import Workload
+from tests.fake_openai_server import FakeOpenAIServer, FakeServerConfig
+
+REPEATS = 10
+POLL_INTERVAL_S = 0.05  # 10 times the tuner's rate: a worst case
+WORKLOAD = Workload(num_prompts=300, input_len=8, output_len=16)
+
+
+async def ttft_p99(base_url: str, sampled: bool) -> tuple[float, int]:
+    """TTFT p99 (ms) of one level, and how many polls the sampler made meanwhile."""
+    sampler = ServerMetricsSampler(base_url, "vllm", interval_s=POLL_INTERVAL_S)
+    if sampled:
+        sampler.start()  # from inside the measurement's event loop, as the tuner does
+        sampler.mark()
+    result, _ = await run_level(base_url, "m", WORKLOAD, max_concurrency=8)
+    if sampled:
+        sampler.level_samples(0)
+        await sampler.stop()
+    assert result.failed == 0
+    return result.ttft_ms.p99, sampler.polls
+
+
+def test_polling_metrics_does_not_move_ttft_p99_beyond_the_run_to_run_spread() -> None:
+    with FakeOpenAIServer(FakeServerConfig(metrics_lines=1000, record=False)) as server:
+        asyncio.run(ttft_p99(server.base_url, False))  # warm up connections and code paths
+        runs: dict[bool, list[float]] = {True: [], False: []}
+        polls = []
+        for i in range(REPEATS):
+            for sampled in ((True, False) if i % 2 else (False, True)):
+                p99, n = asyncio.run(ttft_p99(server.base_url, sampled))
+                runs[sampled].append(p99)
+                if sampled:
+                    polls.append(n)
+    with_s, without = statistics.median(runs[True]), statistics.median(runs[False])
+    spread = max(statistics.pstdev(runs[False]), statistics.pstdev(runs[True]))
+    shown = f"with {sorted(runs[True])}, without {sorted(runs[False])} (ms)"
+    print(f"TTFT p99 median with sampler {with_s:.3f} ms, without {without:.3f} ms, spread {spread:.3f} ms; "
+          f"polls per level {polls}")
+    assert min(polls) >= 3, f"the sampler hardly polled: {polls}"  # it really ran during the levels
+    assert with_s - without <= spread, shown
