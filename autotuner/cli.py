@@ -144,7 +144,7 @@ def _make_tuner(exp, tracking_uri: Optional[str], results: Path, pool=None, work
     from autotuner.config import ConfigError
     from autotuner.launchers import make_launcher
     from autotuner.tracking import MlflowTracker
-    from autotuner.tuner import Tuner
+    from autotuner.driver import StudyDriver
 
     cfg = exp.config
     engine = preflight.check(exp)
@@ -160,7 +160,7 @@ def _make_tuner(exp, tracking_uri: Optional[str], results: Path, pool=None, work
     tracker = MlflowTracker(tracking_uri or cfg.tracking.uri)
     from autotuner.progress import Progress
 
-    return Tuner(exp, engine=engine, launcher=launcher, tracker=tracker, results_dir=results,
+    return StudyDriver(exp, engine=engine, launcher=launcher, tracker=tracker, results_dir=results,
                  binary=str(binary) if binary else None, engine_version=engine_version, pool=pool,
                  progress=lambda total: Progress(total, cfg.objective.metric, worker=worker))
 

@@ -21,7 +21,7 @@ from autotuner.engines._base import get_engine
 from autotuner.launchers.process import ProcessLauncher
 from autotuner.progress import Progress
 from autotuner.tracking import MlflowTracker
-from autotuner.tuner import Tuner
+from autotuner.driver import StudyDriver
 
 REPO = Path(__file__).resolve().parent.parent
 ENGINE_PHASES = ("ready_s", "warmup_s", "measure_s", "stop_s")  # engine start, warmup, measurement, stop
@@ -49,7 +49,7 @@ def main() -> None:
             .replace("sqlite:///autotuner.db", f"sqlite:///{tmp_path}/study.db"))
         exp = load_experiment(exp_file)
         t = time.perf_counter()
-        tuner = Tuner(exp, engine=get_engine("llamacpp"), launcher=ProcessLauncher(tmp_path / "procs"),
+        tuner = StudyDriver(exp, engine=get_engine("llamacpp"), launcher=ProcessLauncher(tmp_path / "procs"),
                       tracker=MlflowTracker(root=tmp_path / "mlruns"), results_dir=tmp_path / "results",
                       binary=str(binary), progress=lambda n: Progress(n, "output_tok_per_s"))
         setup_s = time.perf_counter() - t

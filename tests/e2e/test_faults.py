@@ -20,7 +20,7 @@ from autotuner.engines._base import get_engine
 from autotuner.launchers.process import ProcessLauncher
 from autotuner.progress import Progress
 from autotuner.tracking import MlflowTracker, default_tracking_uri
-from autotuner.tuner import Tuner
+from autotuner.driver import StudyDriver
 
 pytestmark = pytest.mark.engine
 REPO = Path(__file__).resolve().parents[2]
@@ -53,7 +53,7 @@ def servers_of(model: Path) -> list[int]:
 
 def run_study(tmp_path: Path, exp_file: Path, binary: str, trials: int) -> optuna.Study:
     exp = load_experiment(exp_file)
-    tuner = Tuner(exp, engine=get_engine("llamacpp"), launcher=ProcessLauncher(tmp_path / "procs"),
+    tuner = StudyDriver(exp, engine=get_engine("llamacpp"), launcher=ProcessLauncher(tmp_path / "procs"),
                   tracker=MlflowTracker(root=tmp_path / "mlruns"), results_dir=tmp_path / "results", binary=binary,
                   progress=lambda n: Progress(n, "output_tok_per_s"))
     return tuner.run(trials)

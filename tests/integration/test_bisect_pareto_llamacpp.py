@@ -21,7 +21,7 @@ from autotuner.launchers.process import ProcessLauncher
 from autotuner.objective import meets
 from autotuner.progress import Progress
 from autotuner.tracking import MlflowTracker
-from autotuner.tuner import Tuner
+from autotuner.driver import StudyDriver
 
 pytestmark = pytest.mark.engine
 REPO = Path(__file__).resolve().parents[2]
@@ -44,7 +44,7 @@ load: {search: {max_concurrency: [1, 16], steps: 4}}
 objective: {slo: {ttft_ms_p99: 800}, max_error_rate: 0.2}
 enqueue: [{parallel: 1}]   # one slot: 16 clients queue far past the SLO, one client does not
 """))
-    tuner = Tuner(exp, engine=get_engine("llamacpp"), launcher=ProcessLauncher(tmp_path / "procs"),
+    tuner = StudyDriver(exp, engine=get_engine("llamacpp"), launcher=ProcessLauncher(tmp_path / "procs"),
                   tracker=MlflowTracker(root=tmp_path / "mlruns"), results_dir=tmp_path / "results",
                   binary=llama_server, progress=lambda n: Progress(n, "output_tok_per_s"))
     study = tuner.run(2)

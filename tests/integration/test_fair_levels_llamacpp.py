@@ -17,7 +17,7 @@ from autotuner.engines._base import get_engine
 from autotuner.launchers.process import ProcessLauncher
 from autotuner.progress import Progress
 from autotuner.tracking import MlflowTracker
-from autotuner.tuner import Tuner
+from autotuner.driver import StudyDriver
 
 pytestmark = pytest.mark.engine
 INPUT_LEN = 48
@@ -39,7 +39,7 @@ study: {{storage: "sqlite:///{tmp_path}/study.db"}}
 engine_args: ["-np", "4"]
 startup_timeout_s: 30
 """)
-    tuner = Tuner(load_experiment(tmp_path / "exp.yaml"), engine=get_engine("llamacpp"),
+    tuner = StudyDriver(load_experiment(tmp_path / "exp.yaml"), engine=get_engine("llamacpp"),
                   launcher=ProcessLauncher(tmp_path / "procs"), tracker=MlflowTracker(root=tmp_path / "mlruns"),
                   results_dir=tmp_path / "results", binary=binary,
                   progress=lambda total: Progress(total, "goodput_req_per_s"))

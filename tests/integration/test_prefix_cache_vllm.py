@@ -18,7 +18,7 @@ from autotuner.engines._base import get_engine
 from autotuner.launchers.process import ProcessLauncher
 from autotuner.progress import Progress
 from autotuner.tracking import MlflowTracker
-from autotuner.tuner import Tuner
+from autotuner.driver import StudyDriver
 from tests.conftest import processes_with_env
 
 pytestmark = [pytest.mark.engine, pytest.mark.slow]
@@ -43,7 +43,7 @@ startup_timeout_s: 240
 engine_args: ["--enforce-eager", "--max-model-len", "512", "--enable-prefix-caching", "--block-size", "32"]
 env: {{VLLM_CPU_KVCACHE_SPACE: "1", HF_HUB_OFFLINE: "1", TRANSFORMERS_OFFLINE: "1"}}
 """)
-    tuner = Tuner(load_experiment(tmp_path / "exp.yaml"), engine=get_engine("vllm"),
+    tuner = StudyDriver(load_experiment(tmp_path / "exp.yaml"), engine=get_engine("vllm"),
                   launcher=ProcessLauncher(tmp_path / "procs"), tracker=MlflowTracker(root=tmp_path / "mlruns"),
                   results_dir=tmp_path / "results", binary=str(python),
                   progress=lambda total: Progress(total, "output_tok_per_s"))

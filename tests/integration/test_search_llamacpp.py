@@ -14,7 +14,7 @@ from autotuner.engines._base import get_engine
 from autotuner.launchers.process import ProcessLauncher
 from autotuner.progress import Progress
 from autotuner.tracking import MlflowTracker
-from autotuner.tuner import Tuner
+from autotuner.driver import StudyDriver
 
 pytestmark = pytest.mark.engine
 
@@ -42,7 +42,7 @@ enqueue:
   - {{parallel: 1, batch_size: 512}}   # one slot for 4 and 8 clients: far below the median by the second level
 """)
     exp = load_experiment(tmp_path / "exp.yaml")
-    tuner = Tuner(exp, engine=get_engine("llamacpp"), launcher=ProcessLauncher(tmp_path / "procs"),
+    tuner = StudyDriver(exp, engine=get_engine("llamacpp"), launcher=ProcessLauncher(tmp_path / "procs"),
                   tracker=MlflowTracker(root=tmp_path / "mlruns"), results_dir=tmp_path / "results",
                   binary=llama_server, progress=lambda n: Progress(n, "output_tok_per_s"))
     study = tuner.run(30)

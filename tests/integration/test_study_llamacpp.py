@@ -16,7 +16,7 @@ from autotuner.engines._base import get_engine
 from autotuner.launchers.process import ProcessLauncher
 from autotuner.progress import Progress
 from autotuner.tracking import MlflowTracker, default_tracking_uri
-from autotuner.tuner import Tuner
+from autotuner.driver import StudyDriver
 
 pytestmark = pytest.mark.engine
 
@@ -49,9 +49,9 @@ enqueue:
     return path
 
 
-def make_tuner(tmp_path: Path, model: Path, binary: str) -> Tuner:
+def make_tuner(tmp_path: Path, model: Path, binary: str) -> StudyDriver:
     exp = load_experiment(experiment(tmp_path, model))
-    return Tuner(exp, engine=get_engine("llamacpp"), launcher=ProcessLauncher(tmp_path / "procs"),
+    return StudyDriver(exp, engine=get_engine("llamacpp"), launcher=ProcessLauncher(tmp_path / "procs"),
                  tracker=MlflowTracker(root=tmp_path / "mlruns"), results_dir=tmp_path / "results", binary=binary,
                  progress=lambda total: Progress(total, "output_tok_per_s"))
 

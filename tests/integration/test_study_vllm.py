@@ -19,7 +19,7 @@ from autotuner.launchers._base import EngineExited, free_port
 from autotuner.launchers.process import ProcessLauncher
 from autotuner.progress import Progress
 from autotuner.tracking import MlflowTracker
-from autotuner.tuner import Tuner
+from autotuner.driver import StudyDriver
 from tests.conftest import processes_with_env
 
 pytestmark = [pytest.mark.engine, pytest.mark.slow]
@@ -46,7 +46,7 @@ def experiment(tmp_path: Path, model: Path) -> Path:
 
 def test_three_trial_study_of_the_cpu_experiment(tmp_path, hf_model, vllm_python, vllm_caches):
     exp = load_experiment(experiment(tmp_path, hf_model))
-    tuner = Tuner(exp, engine=get_engine("vllm"), launcher=ProcessLauncher(tmp_path / "procs"),
+    tuner = StudyDriver(exp, engine=get_engine("vllm"), launcher=ProcessLauncher(tmp_path / "procs"),
                   tracker=MlflowTracker(root=tmp_path / "mlruns"), results_dir=tmp_path / "results",
                   binary=str(vllm_python), progress=lambda total: Progress(total, "output_tok_per_s"))
     assert tuner.engine_version == "0.32.0"

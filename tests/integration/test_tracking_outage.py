@@ -18,7 +18,7 @@ from autotuner.launchers._base import free_port
 from autotuner.launchers.process import ProcessLauncher
 from autotuner.progress import Progress
 from autotuner.tracking import MlflowTracker
-from autotuner.tuner import Tuner
+from autotuner.driver import StudyDriver
 
 pytestmark = pytest.mark.engine
 
@@ -89,7 +89,7 @@ def test_study_survives_a_tracking_outage_and_backfills(tmp_path, tiny_model, ll
             "confirm: {top_k: 0}\n")
         exp = load_experiment(tmp_path / "exp.yaml")
         tracker = MlflowTracker(server.uri, attempts=2)
-        tuner = Tuner(exp, engine=get_engine("llamacpp"), launcher=ProcessLauncher(tmp_path / "procs"),
+        tuner = StudyDriver(exp, engine=get_engine("llamacpp"), launcher=ProcessLauncher(tmp_path / "procs"),
                       tracker=tracker, results_dir=tmp_path / "results", binary=llama_server,
                       progress=lambda n: OutageProgress(n, server))
         study = tuner.run(5)

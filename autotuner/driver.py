@@ -1,15 +1,19 @@
-"""The loop: ask -> build the launch -> launch -> warm up -> measure each load level (report, prune) ->
-stop the engine -> tell -> track.
+"""The study: ask (the queue first, then the sampler), run each trial through the executor, tell, stop,
+confirm, recover.
 
-A trial's failure is data, never a crash of the study: every way a trial can end is classified
-(`infeasible`, `exited-at-start`, `startup-timeout`, `oom`, `bad-flag`, `crashed-mid-run`,
-`client-errors`, `interrupted`), told to Optuna as FAIL with that class, and recorded in MLflow with the
-server's last log lines. The engine is stopped whatever happens, Ctrl-C included.
+`StudyDriver.run(n)` is the whole loop of a night: it recovers what a killed run left, queues the
+baseline and the experiment's configs, then for each of `n` trials asks Optuna for a configuration
+no trial has settled yet (a re-proposal is answered without a launch and not counted), has
+`executor.TrialExecutor` measure it, records the typed trial (`record.py`), tells Optuna, lets tracking
+and the study's artifacts react, and decides whether to stop (`stopping.py`). At the end it confirms:
+the top configurations and the baseline are launched again, interleaved, and `winner.py` names the
+winner. Rerunning the same command resumes the same study.
+
+It never launches or measures by itself (the executor does) and never decides a winner by its own rule.
 """
 
 from __future__ import annotations
 
-import asyncio
 import json
 import platform
 import random
@@ -17,78 +21,37 @@ import subprocess
 import time
 import warnings
 from collections.abc import Callable
-from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
 import optuna
 from optuna.trial import TrialState
 
-from autotuner.bench.metrics import LevelResult, goodput, usage_note
-from autotuner.bench.runner import run_level
-from autotuner.bench.server_metrics import ServerMetricsSampler
-from autotuner.bench.server_metrics import summarize as summarize_samples
-from autotuner.bench.spread import spread_metrics
-from autotuner.bench.workload import Workload, level_workload, warmup_workload
+from autotuner import host, locks, record, secrets, stopping, winner
 from autotuner.config import Experiment, recheck
-from autotuner import host, launch, locks, pruning, record, secrets, stopping, winner
-from autotuner.engines._base import Engine, LaunchContext, LaunchSpec
-from autotuner.launchers._base import Handle, LaunchError, Launcher, free_port
-from autotuner.load_search import highest_passing, level_text, load_kind, make_plan
-from autotuner.objective import SloViolated, meets, scored_index, slo_within, trial_values
-from autotuner.pool import Leases, PoolTooSmall
+from autotuner.engines._base import Engine, LaunchSpec
+from autotuner.executor import TrialExecutor, TrialResult
 from autotuner.interrupts import StopRequests
-from autotuner.model_facts import feasibility_context
+from autotuner.launchers._base import Launcher, this_owner
+from autotuner.load_search import highest_passing, load_kind
+from autotuner.objective import meets, scored_index
+from autotuner.pool import Leases
 from autotuner.progress import Progress
-from autotuner.sampling import FAILURE_CONSTRAINT
-from autotuner.launchers._base import this_owner
 from autotuner.recovery import WORKER_ATTR, Heartbeat, recover_stale_trials
+from autotuner.sampling import FAILURE_CONSTRAINT
 from autotuner.space import RandomSuggester, SearchSpace
 from autotuner.study import best_trial, open_study, primary_value
 from autotuner.study import verdict as study_verdict
 from autotuner.study_artifacts import StudyArtifacts
 from autotuner.tracking import LEVEL_PREFIX, MlflowTracker, TrialRecord, trial_record
-from autotuner.trial_records import TrialRecords
 
-LOG_TAIL_LINES = 30
 MAX_REASKS = 20  # re-proposals of measured configs in a row before an unmeasured one is drawn at random
-# Failures that say the config cannot run here; the others are measured once more before they count.
+# Failures that say the config cannot run here: final at once (the transient ones get one more launch).
 PERMANENT_FAILURES = frozenset({"infeasible", "bad-flag", "assert", "oom", "model-load", "exited-at-start",
                                 "crashed-mid-run", "quality", "backend"})
-TRANSIENT_FAILURES = frozenset({"startup-timeout", "client-errors"})
-SLO_NOISE = 0.10  # an SLO missed by less than this (relative) may be the machine: measured once more
 
 
-@dataclass
-class TrialResult:
-    state: str  # COMPLETE, FAIL or PRUNED
-    values: list[float] | None = None  # one per objective metric (objective.names)
-    levels: list[LevelResult] = field(default_factory=list)
-    failure_class: str | None = None
-    reason: str | None = None
-    log_tail: str = ""
-    transient: bool = False  # a failure the machine may have caused (measured once more before it is final)
-    launch_tags: dict[str, str] = field(default_factory=dict)
-    launch_artifacts: dict[str, str] = field(default_factory=dict)  # file name -> text
-    level_metrics: list[dict[str, float]] = field(default_factory=list)  # the full per-level metrics
-
-    @property
-    def value(self) -> float | None:
-        """The first objective's value (the only one in a single-objective study)."""
-        return self.values[0] if self.values else None
-
-    def metrics(self) -> list[dict[str, float]]:
-        """Per level: the load generator's metrics, their spread and the engine's own /metrics."""
-        return self.level_metrics or [r.metrics() for r in self.levels]
-
-
-class _Failed(Exception):
-    def __init__(self, failure_class: str, reason: str, log_tail: str = ""):
-        super().__init__(reason)
-        self.failure_class, self.reason, self.log_tail = failure_class, reason, log_tail
-
-
-class Tuner:
+class StudyDriver:
     """Runs trials of one experiment's study. Construct, then `run(n_trials)`; safe to rerun (resumes)."""
 
     def __init__(self, experiment: Experiment, *, engine: Engine, launcher: Launcher, tracker: MlflowTracker,
@@ -101,7 +64,6 @@ class Tuner:
         self.engine = engine
         self.launcher = launcher
         self.tracker = tracker
-        self.pool = pool  # the node's GPUs or cores, shared with other workers; None: the launch sees all
         self.space = SearchSpace(experiment.space)
         self.binary = binary
         self.workdir = results_dir / self.cfg.study_name
@@ -109,14 +71,14 @@ class Tuner:
         self._progress_factory = progress or (lambda total: Progress(total, self.cfg.objective.metric))
         self.engine_version = engine_version or self._engine_version()  # given: e.g. read from an image
         self.host = host.fingerprint()
-        self.facts = feasibility_context(experiment)  # workload, GPUs and the model's shape, read once
         self.study = open_study(self.cfg, n_levels=self.cfg.load.max_steps)
         self.secrets = secrets.collect(self.cfg.secret_env)
         self.redact = secrets.Redactor(self.secrets)
         self.artifacts = StudyArtifacts(self.study, experiment, engine, tracker, self.workdir, binary=binary,
                                         engine_version=self.engine_version, environment=self._environment(),
                                         redactor=self.redact)
-        self._records = TrialRecords()
+        self.executor = TrialExecutor(experiment, engine=engine, launcher=launcher, binary=binary,
+                                      secrets=self.secrets, pool=pool)
         self._stop = StopRequests()
 
     # --- the study --------------------------------------------------------------------------------------
@@ -143,7 +105,7 @@ class Tuner:
         self._sync_tracking(force=True)  # what a killed tuner left open is logged with how it ended
         self.artifacts.start()
         deadline = time.monotonic() + timeout_s if timeout_s else None
-        self._stop = StopRequests(on_first=lambda name: progress.note(
+        self._stop = self.executor.stop = StopRequests(on_first=lambda name: progress.note(
             f"{name}: finishing the measurement under way, then stopping (again to stop at once)"))
         with self._stop:
             try:
@@ -260,8 +222,8 @@ class Tuner:
                                 f"{len(order) - 1}", sum(counts.values()) + 1, total)
             timings: dict[str, float] = {}
             label = f"confirm-{number:04d}-{counts[number] + 1}"
-            _, result = self._launch_and_measure(None, {} if view.baseline else dict(view.params), None,
-                                                 self.workdir / label, progress, timings, label)
+            result = self.executor.run({} if view.baseline else dict(view.params), trial=None,
+                                       trial_dir=self.workdir / label, progress=progress, timings=timings, label=label)
             if result.failure_class == "interrupted":
                 break  # measured nothing: the round resumes with it on the next run
             value = result.value if result.state == "COMPLETE" else None
@@ -318,16 +280,22 @@ class Tuner:
         run_id = self.tracker.start_trial(trial.number, tags={**self._common_tags(), "autotuner.baseline": str(baseline).lower(),
                                                              "autotuner.proposed_by": who, "autotuner.reason": why or ""})
         timings: dict[str, float] = {}
-        self._records = TrialRecords()
-        command = ""
         stop_now = False
+
+        def on_level(step: int, metrics: dict[str, float]) -> None:
+            # Per level under level/ (MLflow charts them as one section); the run's own metrics, logged at
+            # the end, are the scored level's, so the runs table compares trials by what they scored.
+            self.tracker.log_step(run_id, step, {LEVEL_PREFIX + k: v for k, v in metrics.items()})
+
         with Heartbeat(self.study, trial):
             try:
-                command, result = self._launch_and_measure(trial, params, run_id, trial_dir, progress, timings)
+                result = self.executor.run(params, trial=trial, trial_dir=trial_dir, progress=progress,
+                                           timings=timings, label=f"trial-{trial.number:04d}", on_level=on_level)
             except KeyboardInterrupt:  # a second Ctrl-C: the engine is already stopped
                 stop_now = True
-                result = TrialResult("FAIL", failure_class="interrupted", reason="interrupted at once by the user")
-            self._finish(trial, run_id, params, result, command, trial_dir, timings, t0, progress)
+                result = TrialResult("FAIL", failure_class="interrupted", reason="interrupted at once by the user",
+                                     records=self.executor.records)
+            self._finish(trial, run_id, params, result, trial_dir, timings, t0, progress)
         if result.failure_class == "interrupted":
             self._requeue(trial, params, "retry", "interrupted: measured again")
         elif result.transient and trial.user_attrs.get(record.RETRY_OF) is None:
@@ -387,183 +355,28 @@ class Tuner:
         rng = random.Random(len(self.study.trials))
         for _ in range(500):
             params = self.space.suggest(RandomSuggester(rng))
-            if not self._infeasible(params) and self._measured(params, False) is None:
+            if not self.executor.infeasible(params) and self._measured(params, False) is None:
                 return params
         return None
-
-    def _launch_and_measure(self, trial: optuna.Trial | None, params: dict[str, Any], run_id: str | None,
-                            trial_dir: Path, progress: Progress, timings: dict[str, float],
-                            label: str | None = None) -> tuple[str, TrialResult]:
-        """Launch, wait, measure; the engine is stopped on every way out, exceptions included.
-        `trial` None: a confirmation measurement, reported to no trial."""
-        handle: Handle | None = None
-        units: tuple[int, ...] = ()
-        command = ""
-        self._records = TrialRecords()  # per launch: a confirmation must not score the previous launch's levels
-        try:
-            broken = self._infeasible(params)
-            if broken:
-                raise _Failed("infeasible", "; ".join(broken))
-            units = self._lease(params, label or f"trial-{trial.number:04d}", progress)
-            spec = self.launch_spec(params, free_port(), units)
-            command = spec.command_line()
-            self._records.spec = spec
-            progress.phase("launching")
-            t = time.perf_counter()
-            labels = {**self.labels, "autotuner.trial": label or str(trial.number if trial else "")}
-            try:  # a failed start (image, ports) is the trial's failure, not the study's
-                handle = self.launcher.start(spec, trial_dir / "server.log", labels)
-                self.launcher.wait_ready(handle, self.cfg.startup_timeout_s)
-            except LaunchError as e:
-                cls, line = self.engine.classify_failure(e.log_tail, getattr(e, "exit_code", None))
-                raise _Failed(cls or e.failure_class, f"{e}: {line}" if line else str(e), e.log_tail) from None
-            timings["ready_s"] = time.perf_counter() - t
-            self._check_stop("before warming up")
-            result = asyncio.run(self._cancellable(self._measure(handle, trial, run_id, progress, timings)))
-        except _Failed as f:
-            result = TrialResult("FAIL", failure_class=f.failure_class, reason=f.reason, log_tail=f.log_tail,
-                                 transient=f.failure_class in TRANSIENT_FAILURES)
-        finally:
-            try:
-                if handle is not None:  # whatever happened: an engine never outlives its trial
-                    t = time.perf_counter()
-                    self.launcher.stop(handle)
-                    timings["stop_s"] = time.perf_counter() - t
-            finally:
-                if units and self.pool is not None:  # even when stopping failed: the lease is not kept
-                    self.pool.release(units)
-        if handle is not None:  # what identifies the launch: image, container, the docker run line
-            result.launch_tags, result.launch_artifacts = dict(handle.tags), dict(handle.artifacts)
-        return command, result
-
-    async def _cancellable(self, measurement: Any) -> TrialResult:
-        """Run the measurement as a task a second Ctrl-C can cancel (see interrupts.StopRequests)."""
-        self._stop.task = asyncio.current_task()
-        try:
-            return await measurement
-        except asyncio.CancelledError:
-            if self._stop.at_once:
-                raise KeyboardInterrupt from None
-            raise
-        finally:
-            self._stop.task = None
-
-    def _check_stop(self, when: str) -> None:
-        if self._stop.requested:
-            raise _Failed("interrupted", f"stopped by {self._stop.requested} {when}")
 
     def _requeue(self, trial: optuna.Trial, params: dict[str, Any], who: str, why: str) -> None:
         attrs = {k: trial.user_attrs[k] for k in (record.BASELINE, record.ENQUEUED) if k in trial.user_attrs}
         self.study.enqueue_trial(params, user_attrs={**attrs, record.RETRY_OF: trial.number,
                                                      record.PROPOSED_BY: who, record.REASON: why})
 
-    async def _measure(self, handle: Handle, trial: optuna.Trial | None, run_id: str | None, progress: Progress,
-                       timings: dict[str, float]) -> TrialResult:
-        w = self.cfg.workload
-        workload = Workload(endpoint=w.endpoint, num_prompts=w.num_prompts, input_len=w.input_len,
-                            output_len=w.output_len, seed=w.seed, shared_prefix_len=w.shared_prefix_len)
-        model = handle.spec.served_model_name
-        levels = self.cfg.load.levels()
-        if w.warmup_requests:
-            progress.phase(f"warming up ({w.warmup_requests} requests)")
-            t = time.perf_counter()
-            await run_level(handle.base_url, model, warmup_workload(workload, w.warmup_requests),
-                            timeout_s=w.request_timeout_s, **levels[0])
-            timings["warmup_s"] = time.perf_counter() - t
-            self._check_stop("after warming up")
-        sampler = ServerMetricsSampler(handle.base_url, self.engine.name)
-        sampler.start()
-        try:
-            return await self._measure_levels(handle, trial, run_id, progress, timings, workload, sampler)
-        finally:
-            await sampler.stop()
-            timings["server_metrics_cpu_s"] = sampler.poll_cpu_s
-            self._records.add_samples(sampler)
-
-    async def _measure_levels(self, handle: Handle, trial: optuna.Trial | None, run_id: str | None,
-                              progress: Progress, timings: dict[str, float], workload: Workload,
-                              sampler: ServerMetricsSampler) -> TrialResult:
-        w = self.cfg.workload
-        objective = self.cfg.objective
-        search = self.cfg.load.search is not None
-        model = handle.spec.served_model_name
-        plan = make_plan(self.cfg.load, lambda m: meets(m, objective))
-        results: list[LevelResult] = []
-        t = time.perf_counter()
-        step, level = 0, plan.next_level([])
-        load_key = load_kind(self.cfg.load)
-        max_load = max(float(v) for lv in self.cfg.load.levels() for v in lv.values())
-        while level is not None:
-            of = f" [{step + 1}/{plan.total}]" if plan.total > 1 else ""
-            progress.phase(f"measuring {level_text(level)}{of} ({w.num_prompts} requests)")
-            sampler.mark()
-            result, records = await run_level(handle.base_url, model, level_workload(workload, step),
-                                              timeout_s=w.request_timeout_s, **level)
-            self._records.add_level(step, records)
-            results.append(result)
-            metrics = {**level, **result.metrics(), **spread_metrics(records),
-                       "goodput_req_per_s": goodput(records, result.duration_s, objective.slo),
-                       **summarize_samples(sampler.level_samples(step), self.engine.name)}
-            if note := usage_note(result):
-                progress.note(f"    warning at {level_text(level)}: {note}")
-            self._records.level_metrics.append(metrics)
-            # Per level under level/ (MLflow charts them as one section); the run's own metrics, logged at
-            # the end, are the best level's, so the runs table compares trials by what they scored.
-            self.tracker.log_step(run_id, step, {LEVEL_PREFIX + k: v for k, v in metrics.items()})
-            timings["measure_s"] = time.perf_counter() - t
-            if not self.launcher.is_running(handle):
-                raise _Failed("crashed-mid-run", f"server died while measuring {level_text(level)}",
-                              self.launcher.logs(handle, LOG_TAIL_LINES))
-            following = plan.next_level(self._records.level_metrics)
-            # A search probes past capacity on purpose: failed requests there fail the probe, not the trial.
-            if not search and metrics["error_rate"] > objective.max_error_rate:
-                sample = "; ".join(list(result.error_samples)[:3])
-                why = f"{metrics['error_rate']:.0%} of requests failed at {level_text(level)}: {sample}"
-                if not any(meets(m, objective) for m in self._records.level_metrics[:-1]):
-                    raise _Failed("client-errors", why, self.launcher.logs(handle, LOG_TAIL_LINES))
-                # More load only fails more: the lower levels that met the SLO decide the value.
-                progress.phase(f"{why[:200]}; the lower levels that met the SLO count")
-                following = None
-            # Optuna takes intermediate values (and prunes) in single-objective studies only. Each step
-            # reports the trial's ceiling (pruning.py): the same quantity as its value, never a lower load's.
-            bound = pruning.ceiling(self._records.level_metrics, metric=objective.metric,
-                                    direction=objective.direction, load_key=load_key, max_load=max_load,
-                                    passes=lambda m: meets(m, objective), last_level=following is None)
-            if trial is not None and not objective.multi and bound is not None:
-                trial.report(bound, step)
-                if following is not None and trial.should_prune():
-                    return TrialResult("PRUNED", levels=results, reason=f"pruned after {level_text(level)}: "
-                                       f"it can reach at most {bound:,.1f} {objective.metric}",
-                                       level_metrics=list(self._records.level_metrics))
-            if self._stop.requested and following is not None:
-                return TrialResult("FAIL", levels=results, failure_class="interrupted",
-                                   reason=f"stopped by {self._stop.requested} after {level_text(level)}",
-                                   level_metrics=list(self._records.level_metrics))
-            step, level = step + 1, following
-        if search or len(results) < plan.total:
-            progress.phase(plan.done)
-        level_metrics = list(self._records.level_metrics)
-        try:
-            values = trial_values(level_metrics, objective)
-        except SloViolated as e:
-            # Within the noise of a limit, one more launch may pass: measured once more before it is final.
-            near = any(slo_within(m, objective.slo, SLO_NOISE) for m in level_metrics)
-            return TrialResult("FAIL", levels=results, failure_class="slo-violated", reason=str(e),
-                               level_metrics=level_metrics, transient=near)
-        return TrialResult("COMPLETE", values=values, levels=results, level_metrics=level_metrics)
-
     def _finish(self, trial: optuna.Trial, run_id: str | None, params: dict[str, Any], result: TrialResult,
-                command: str, trial_dir: Path, timings: dict[str, float], t0: float, progress: Progress) -> None:
+                trial_dir: Path, timings: dict[str, float], t0: float, progress: Progress) -> None:
         timings["total_s"] = time.perf_counter() - t0
         result.reason, result.log_tail = self.redact.text(result.reason), self.redact.text(result.log_tail) or ""
-        command = self.redact.text(command) or ""
+        command = self.redact.text(result.command) or ""
+        records = result.records
         self.redact.file(trial_dir / "server.log")
         level_metrics = result.metrics()
         attrs = {"state": result.state, "command": command, "timings": timings, "levels": level_metrics,
                  record.SCORED_LEVEL: scored_index(level_metrics, self.cfg.objective) if result.values else None,
                  "max_load_meeting_slo": self._max_load(level_metrics),
                  "engine_version": self.engine_version, "engine_args": " ".join(self.engine.tuning_args(params)),
-                 "launch_tags": {**self._records.image_tags(), **result.launch_tags}}
+                 "launch_tags": {**records.image_tags(), **result.launch_tags}}
         # Set even when empty: a retried trial starts with a copy of the failed one's attributes.
         attrs.update(failure_class=result.failure_class, failure_reason=result.reason if result.failure_class else None,
                      log_tail=result.log_tail[-4000:] or None)
@@ -583,12 +396,12 @@ class Tuner:
             (trial_dir / "command.txt").write_text(command + "\n")
         for name, text in result.launch_artifacts.items():
             (trial_dir / name).write_text(self.redact.text(text) or "")
-        extra = self._records.artifacts(trial_dir, self.engine.tuning_args(params), command,
+        extra = records.artifacts(trial_dir, self.engine.tuning_args(params), command,
                                         self.artifacts.experiment_text)
         for name, content in extra.items():  # requests.jsonl is written there already
             if isinstance(content, str):
                 (trial_dir / name).write_text(self.redact.text(content) or "")
-        self.tracker.log_series(run_id, self._records.series(self.engine.name))
+        self.tracker.log_series(run_id, records.series(self.engine.name))
         if result.log_tail:
             (trial_dir / "failure.txt").write_text(f"{result.failure_class}: {result.reason}\n\n{result.log_tail}\n")
         self.tracker.log_trial(self._record(self.study._storage.get_trial(trial._trial_id)), run_id=run_id)
@@ -622,36 +435,9 @@ class Tuner:
         finished = self.study.get_trials(deepcopy=False, states=(TrialState.COMPLETE, TrialState.FAIL, TrialState.PRUNED))
         self.tracker.backfill([self._record(t) for t in finished], force=force)
 
-    def _infeasible(self, params: dict[str, Any]) -> list[str]:
-        return self.space.broken_constraints(params) + self.engine.infeasible(params, self.facts)
-
-    def launch_spec(self, params: dict[str, Any], port: int, units: tuple[int, ...] = ()) -> LaunchSpec:
-        """The engine's launch of `params` (autotuner.launch, as the launcher sees it), with the secrets'
-        values and the pool's `units`: GPU ids or CPU cores."""
-        spec = launch.launch_spec(self.exp, self.engine, params, port=port, binary=self.binary,
-                                  view=self.launcher.context, secrets=self.secrets)
-        if units and self.pool is not None:
-            spec = replace(spec, **{"gpu_ids" if self.pool.pool.kind == "gpu" else "cpu_ids": units})
-        return spec
-
-    def _lease(self, params: dict[str, Any], label: str, progress: Progress) -> tuple[int, ...]:
-        """Wait for the pool to hand this launch the GPUs (or cores) its config needs; () without a pool."""
-        if self.pool is None:
-            return ()
-        pool = self.pool.pool
-        need = pool.need(self.engine.gpus_needed(params), self.engine.cpus_needed(params))
-        try:
-            units = self.pool.acquire(need, f"{self.cfg.study_name}/{label}", progress.phase,
-                                      stop=lambda: bool(self._stop.requested))
-        except PoolTooSmall as e:
-            raise _Failed("infeasible", str(e)) from None
-        except InterruptedError as e:
-            raise _Failed("interrupted", str(e)) from None
-        progress.phase(f"on {pool.describe(units)}")
-        return units
-
-    def launch_context(self, port: int) -> LaunchContext:
-        return launch.launch_context(self.exp, port=port, binary=self.binary)
+    def launch_spec(self, params: dict[str, Any], port: int) -> LaunchSpec:
+        """The launch of `params` as the trials ran it (the one builder, `autotuner.launch`)."""
+        return self.executor.launch_spec(params, port)
 
     def _engine_version(self) -> str:
         if not self.binary:

@@ -1,0 +1,285 @@
+"""One trial: lease -> launch -> wait ready -> warm up -> measure each load level -> classify.
+
+`TrialExecutor.run` turns one configuration into a `TrialResult` and never raises for anything the
+configuration or the server did: every way a launch can end is classified (`infeasible`,
+`exited-at-start`, `startup-timeout`, `oom`, `bad-flag`, `crashed-mid-run`, `client-errors`,
+`slo-violated`, `interrupted`, ...) with the reason and the server's last log lines. The engine is
+stopped and the pool's lease released whatever happens, Ctrl-C included.
+
+It knows nothing of the study around it: it never asks, tells, tracks or decides which config runs
+next (that is `driver.py`). What it hands Optuna is only each level's ceiling (`pruning.py`), through
+the `trial` it is given.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import Any
+
+import optuna
+
+from autotuner import launch, pruning
+from autotuner.bench.metrics import LevelResult, goodput, usage_note
+from autotuner.bench.runner import run_level
+from autotuner.bench.server_metrics import ServerMetricsSampler
+from autotuner.bench.server_metrics import summarize as summarize_samples
+from autotuner.bench.spread import spread_metrics
+from autotuner.bench.workload import Workload, level_workload, warmup_workload
+from autotuner.config import Experiment
+from autotuner.engines._base import Engine, LaunchContext, LaunchSpec
+from autotuner.interrupts import StopRequests
+from autotuner.launchers._base import Handle, LaunchError, Launcher, free_port
+from autotuner.load_search import level_text, load_kind, make_plan
+from autotuner.model_facts import feasibility_context
+from autotuner.objective import SloViolated, meets, slo_within, trial_values
+from autotuner.pool import Leases, PoolTooSmall
+from autotuner.progress import Progress
+from autotuner.space import SearchSpace
+from autotuner.trial_records import TrialRecords
+
+LOG_TAIL_LINES = 30
+TRANSIENT_FAILURES = frozenset({"startup-timeout", "client-errors"})  # may be the machine: measured once more
+SLO_NOISE = 0.10  # an SLO missed by less than this (relative) may be the machine: measured once more
+OnLevel = Callable[[int, dict[str, float]], None]
+
+
+@dataclass
+class TrialResult:
+    state: str  # COMPLETE, FAIL or PRUNED
+    values: list[float] | None = None  # one per objective metric (objective.names)
+    levels: list[LevelResult] = field(default_factory=list)
+    failure_class: str | None = None
+    reason: str | None = None
+    log_tail: str = ""
+    transient: bool = False  # a failure the machine may have caused (measured once more before it is final)
+    launch_tags: dict[str, str] = field(default_factory=dict)
+    launch_artifacts: dict[str, str] = field(default_factory=dict)  # file name -> text
+    level_metrics: list[dict[str, float]] = field(default_factory=list)  # the full per-level metrics
+    command: str = ""  # the launch as a pasteable command line ("" when nothing was launched)
+    records: TrialRecords = field(default_factory=TrialRecords)  # requests, /metrics samples, the spec
+
+    @property
+    def value(self) -> float | None:
+        """The first objective's value (the only one in a single-objective study)."""
+        return self.values[0] if self.values else None
+
+    def metrics(self) -> list[dict[str, float]]:
+        """Per level: the load generator's metrics, their spread and the engine's own /metrics."""
+        return self.level_metrics or [r.metrics() for r in self.levels]
+
+
+class _Failed(Exception):
+    def __init__(self, failure_class: str, reason: str, log_tail: str = ""):
+        super().__init__(reason)
+        self.failure_class, self.reason, self.log_tail = failure_class, reason, log_tail
+
+
+class TrialExecutor:
+    """Runs one launch of one configuration of an experiment (see the module docstring)."""
+
+    def __init__(self, experiment: Experiment, *, engine: Engine, launcher: Launcher, binary: str | None,
+                 secrets: dict[str, str], pool: Leases | None = None):
+        self.exp = experiment
+        self.cfg = experiment.config
+        self.engine = engine
+        self.launcher = launcher
+        self.binary = binary
+        self.secrets = secrets
+        self.pool = pool  # the node's GPUs or cores, shared with other workers; None: the launch sees all
+        self.space = SearchSpace(experiment.space)
+        self.facts = feasibility_context(experiment)  # workload, GPUs and the model's shape, read once
+        self.labels = {"autotuner.study": self.cfg.study_name}
+        self.stop = StopRequests()  # the driver's, shared: Ctrl-C reaches the measurement under way
+        self.records = TrialRecords()
+        self.on_level: OnLevel = lambda step, metrics: None
+
+    def run(self, params: dict[str, Any], *, trial: optuna.Trial | None, trial_dir: Path, progress: Progress,
+            timings: dict[str, float], label: str, on_level: OnLevel = lambda step, metrics: None) -> TrialResult:
+        """Launch `params`, wait until ready, measure; the engine is stopped on every way out, exceptions
+        included. `trial` gets each level's ceiling (and may be pruned); None: a confirmation launch.
+        `on_level(step, metrics)` sees each level as it is measured (tracking charts it)."""
+        handle: Handle | None = None
+        units: tuple[int, ...] = ()
+        command = ""
+        self.records = TrialRecords()  # per launch: a confirmation must not score the previous launch's levels
+        self.on_level = on_level
+        try:
+            broken = self.infeasible(params)
+            if broken:
+                raise _Failed("infeasible", "; ".join(broken))
+            units = self._lease(params, label, progress)
+            spec = self.launch_spec(params, free_port(), units)
+            command = spec.command_line()
+            self.records.spec = spec
+            progress.phase("launching")
+            t = time.perf_counter()
+            labels = {**self.labels, "autotuner.trial": label}
+            try:  # a failed start (image, ports) is the trial's failure, not the study's
+                handle = self.launcher.start(spec, trial_dir / "server.log", labels)
+                self.launcher.wait_ready(handle, self.cfg.startup_timeout_s)
+            except LaunchError as e:
+                cls, line = self.engine.classify_failure(e.log_tail, getattr(e, "exit_code", None))
+                raise _Failed(cls or e.failure_class, f"{e}: {line}" if line else str(e), e.log_tail) from None
+            timings["ready_s"] = time.perf_counter() - t
+            self._check_stop("before warming up")
+            result = asyncio.run(self._cancellable(self._measure(handle, trial, progress, timings)))
+        except _Failed as f:
+            result = TrialResult("FAIL", failure_class=f.failure_class, reason=f.reason, log_tail=f.log_tail,
+                                 transient=f.failure_class in TRANSIENT_FAILURES)
+        finally:
+            try:
+                if handle is not None:  # whatever happened: an engine never outlives its trial
+                    t = time.perf_counter()
+                    self.launcher.stop(handle)
+                    timings["stop_s"] = time.perf_counter() - t
+            finally:
+                if units and self.pool is not None:  # even when stopping failed: the lease is not kept
+                    self.pool.release(units)
+        if handle is not None:  # what identifies the launch: image, container, the docker run line
+            result.launch_tags, result.launch_artifacts = dict(handle.tags), dict(handle.artifacts)
+        result.command, result.records = command, self.records
+        return result
+
+    async def _cancellable(self, measurement: Any) -> TrialResult:
+        """Run the measurement as a task a second Ctrl-C can cancel (see interrupts.StopRequests)."""
+        self.stop.task = asyncio.current_task()
+        try:
+            return await measurement
+        except asyncio.CancelledError:
+            if self.stop.at_once:
+                raise KeyboardInterrupt from None
+            raise
+        finally:
+            self.stop.task = None
+
+    def _check_stop(self, when: str) -> None:
+        if self.stop.requested:
+            raise _Failed("interrupted", f"stopped by {self.stop.requested} {when}")
+
+    async def _measure(self, handle: Handle, trial: optuna.Trial | None, progress: Progress,
+                       timings: dict[str, float]) -> TrialResult:
+        w = self.cfg.workload
+        workload = Workload(endpoint=w.endpoint, num_prompts=w.num_prompts, input_len=w.input_len,
+                            output_len=w.output_len, seed=w.seed, shared_prefix_len=w.shared_prefix_len)
+        model = handle.spec.served_model_name
+        levels = self.cfg.load.levels()
+        if w.warmup_requests:
+            progress.phase(f"warming up ({w.warmup_requests} requests)")
+            t = time.perf_counter()
+            await run_level(handle.base_url, model, warmup_workload(workload, w.warmup_requests),
+                            timeout_s=w.request_timeout_s, **levels[0])
+            timings["warmup_s"] = time.perf_counter() - t
+            self._check_stop("after warming up")
+        sampler = ServerMetricsSampler(handle.base_url, self.engine.name)
+        sampler.start()
+        try:
+            return await self._measure_levels(handle, trial, progress, timings, workload, sampler)
+        finally:
+            await sampler.stop()
+            timings["server_metrics_cpu_s"] = sampler.poll_cpu_s
+            self.records.add_samples(sampler)
+
+    async def _measure_levels(self, handle: Handle, trial: optuna.Trial | None,
+                              progress: Progress, timings: dict[str, float], workload: Workload,
+                              sampler: ServerMetricsSampler) -> TrialResult:
+        w = self.cfg.workload
+        objective = self.cfg.objective
+        search = self.cfg.load.search is not None
+        model = handle.spec.served_model_name
+        plan = make_plan(self.cfg.load, lambda m: meets(m, objective))
+        results: list[LevelResult] = []
+        t = time.perf_counter()
+        step, level = 0, plan.next_level([])
+        load_key = load_kind(self.cfg.load)
+        max_load = max(float(v) for lv in self.cfg.load.levels() for v in lv.values())
+        while level is not None:
+            of = f" [{step + 1}/{plan.total}]" if plan.total > 1 else ""
+            progress.phase(f"measuring {level_text(level)}{of} ({w.num_prompts} requests)")
+            sampler.mark()
+            result, records = await run_level(handle.base_url, model, level_workload(workload, step),
+                                              timeout_s=w.request_timeout_s, **level)
+            self.records.add_level(step, records)
+            results.append(result)
+            metrics = {**level, **result.metrics(), **spread_metrics(records),
+                       "goodput_req_per_s": goodput(records, result.duration_s, objective.slo),
+                       **summarize_samples(sampler.level_samples(step), self.engine.name)}
+            if note := usage_note(result):
+                progress.note(f"    warning at {level_text(level)}: {note}")
+            self.records.level_metrics.append(metrics)
+            self.on_level(step, metrics)
+            timings["measure_s"] = time.perf_counter() - t
+            if not self.launcher.is_running(handle):
+                raise _Failed("crashed-mid-run", f"server died while measuring {level_text(level)}",
+                              self.launcher.logs(handle, LOG_TAIL_LINES))
+            following = plan.next_level(self.records.level_metrics)
+            # A search probes past capacity on purpose: failed requests there fail the probe, not the trial.
+            if not search and metrics["error_rate"] > objective.max_error_rate:
+                sample = "; ".join(list(result.error_samples)[:3])
+                why = f"{metrics['error_rate']:.0%} of requests failed at {level_text(level)}: {sample}"
+                if not any(meets(m, objective) for m in self.records.level_metrics[:-1]):
+                    raise _Failed("client-errors", why, self.launcher.logs(handle, LOG_TAIL_LINES))
+                # More load only fails more: the lower levels that met the SLO decide the value.
+                progress.phase(f"{why[:200]}; the lower levels that met the SLO count")
+                following = None
+            # Optuna takes intermediate values (and prunes) in single-objective studies only. Each step
+            # reports the trial's ceiling (pruning.py): the same quantity as its value, never a lower load's.
+            bound = pruning.ceiling(self.records.level_metrics, metric=objective.metric,
+                                    direction=objective.direction, load_key=load_key, max_load=max_load,
+                                    passes=lambda m: meets(m, objective), last_level=following is None)
+            if trial is not None and not objective.multi and bound is not None:
+                trial.report(bound, step)
+                if following is not None and trial.should_prune():
+                    return TrialResult("PRUNED", levels=results, reason=f"pruned after {level_text(level)}: "
+                                       f"it can reach at most {bound:,.1f} {objective.metric}",
+                                       level_metrics=list(self.records.level_metrics))
+            if self.stop.requested and following is not None:
+                return TrialResult("FAIL", levels=results, failure_class="interrupted",
+                                   reason=f"stopped by {self.stop.requested} after {level_text(level)}",
+                                   level_metrics=list(self.records.level_metrics))
+            step, level = step + 1, following
+        if search or len(results) < plan.total:
+            progress.phase(plan.done)
+        level_metrics = list(self.records.level_metrics)
+        try:
+            values = trial_values(level_metrics, objective)
+        except SloViolated as e:
+            # Within the noise of a limit, one more launch may pass: measured once more before it is final.
+            near = any(slo_within(m, objective.slo, SLO_NOISE) for m in level_metrics)
+            return TrialResult("FAIL", levels=results, failure_class="slo-violated", reason=str(e),
+                               level_metrics=level_metrics, transient=near)
+        return TrialResult("COMPLETE", values=values, levels=results, level_metrics=level_metrics)
+
+    def infeasible(self, params: dict[str, Any]) -> list[str]:
+        return self.space.broken_constraints(params) + self.engine.infeasible(params, self.facts)
+
+    def launch_spec(self, params: dict[str, Any], port: int, units: tuple[int, ...] = ()) -> LaunchSpec:
+        """The engine's launch of `params` (autotuner.launch, as the launcher sees it), with the secrets'
+        values and the pool's `units`: GPU ids or CPU cores."""
+        spec = launch.launch_spec(self.exp, self.engine, params, port=port, binary=self.binary,
+                                  view=self.launcher.context, secrets=self.secrets)
+        if units and self.pool is not None:
+            spec = replace(spec, **{"gpu_ids" if self.pool.pool.kind == "gpu" else "cpu_ids": units})
+        return spec
+
+    def _lease(self, params: dict[str, Any], label: str, progress: Progress) -> tuple[int, ...]:
+        """Wait for the pool to hand this launch the GPUs (or cores) its config needs; () without a pool."""
+        if self.pool is None:
+            return ()
+        pool = self.pool.pool
+        need = pool.need(self.engine.gpus_needed(params), self.engine.cpus_needed(params))
+        try:
+            units = self.pool.acquire(need, f"{self.cfg.study_name}/{label}", progress.phase,
+                                      stop=lambda: bool(self.stop.requested))
+        except PoolTooSmall as e:
+            raise _Failed("infeasible", str(e)) from None
+        except InterruptedError as e:
+            raise _Failed("interrupted", str(e)) from None
+        progress.phase(f"on {pool.describe(units)}")
+        return units
+
+    def launch_context(self, port: int) -> LaunchContext:
+        return launch.launch_context(self.exp, port=port, binary=self.binary)
