@@ -27,12 +27,6 @@ from autotuner.launchers.docker_command import Gpus, container_context, docker_r
 
 EXPORT_PORT = 8080  # the winner's command listens here, not on the tuner's throw-away port
 
-# The image whose PATH has the engine's server, by engine, when neither the study nor the spec names one.
-DEFAULT_IMAGES = {
-    "llamacpp": "autotuner/llama-server:{version}",
-    "vllm": "vllm/vllm-openai:{version}",
-    "sglang": "lmsysorg/sglang:{version}",
-}
 
 
 def launch_context(exp: Experiment, *, port: int, binary: str | None) -> LaunchContext:
@@ -86,11 +80,11 @@ def planned(exp: Experiment, engine: Engine, params: Mapping[str, Any], *, port:
 def docker_argv(exp: Experiment, engine: Engine, params: Mapping[str, Any], *, host_port: int,
                 image: str | None = None, version: str = "latest") -> list[str]:
     """`docker run` for `params`: a docker study's exactly as its launcher runs it (`image` replacing
-    its image); a process study's in `image`, else the engine's (its spec's, else DEFAULT_IMAGES)."""
+    its image); a process study's in `image`, else the engine's (its spec's, else the adapter's default_image)."""
     settings = exp.config.docker if exp.config.launcher == "docker" else None
     if settings is None:
         engine_image = engine.build(params, launch_context(exp, port=host_port, binary=None)).image
-        default = engine_image or DEFAULT_IMAGES.get(engine.name, "{engine}:{version}").format(
+        default = engine_image or engine.default_image.format(
             version=image_tag(version), engine=engine.name)
         # PyTorch's workers share tensors through /dev/shm, which Docker limits to 64 MB otherwise.
         settings = DockerConfig(image=default, ipc_host=exp.config.hardware.gpus > 0)

@@ -31,7 +31,7 @@ from typing import Any, TypeVar
 from optuna.trial import FrozenTrial
 from tenacity import Retrying, stop_after_attempt, wait_exponential
 
-from autotuner import locks
+from autotuner import locks, record
 
 LEVEL_PREFIX = "level/"  # per-load-level series (step = level index); plain names hold the trial's result
 STUDY_TAG = "autotuner.study"
@@ -61,7 +61,7 @@ class TrialRecord:
 
 def trial_record(trial: FrozenTrial, artifact_dir: Path, metric: str, direction: str,
                  common_tags: Mapping[str, str]) -> TrialRecord:
-    attrs = trial.user_attrs
+    attrs = trial.user_attrs  # the keys are record.py's
     state = trial.state.name
     failure = attrs.get("failure_class")
     status = {"COMPLETE": "FINISHED", "PRUNED": "KILLED"}.get(state, "FAILED")
@@ -81,22 +81,10 @@ def trial_record(trial: FrozenTrial, artifact_dir: Path, metric: str, direction:
         number=trial.number, status=status,
         # The params exactly as sampled, and the flags they became (what a user pastes).
         params={**(dict(trial.params) or {"baseline": "engine defaults"}), "engine_args": attrs.get("engine_args", "")},
-        metrics={**best_level(levels, metric, direction, trial.values[0] if trial.values else None),
+        metrics={**record.view(trial).scored_metrics(metric, direction),
                  **{f"time_{k}": v for k, v in timings.items()}, **_found_load(attrs)},
         steps=levels, tags=tags, artifact_dir=artifact_dir,
     )
-
-
-def best_level(levels: list[dict[str, float]], metric: str, direction: str,
-               value: float | None = None) -> dict[str, float]:
-    """The metrics of the level the trial was scored by (`value`; else the best on the objective)."""
-    scored = [m for m in levels if metric in m]
-    if not scored:
-        return {}
-    if value is not None:  # under an SLO the scored level is not always the fastest
-        return dict(min(scored, key=lambda m: abs(m[metric] - value)))
-    pick = max if direction == "maximize" else min
-    return dict(pick(scored, key=lambda m: m[metric]))
 
 
 def _found_load(attrs: Mapping[str, Any]) -> dict[str, float]:
@@ -300,10 +288,10 @@ class MlflowTracker:
         closed = {r.data.tags.get("autotuner.trial") for r in runs if r.info.status != "RUNNING"}
         open_runs = {r.data.tags.get("autotuner.trial"): r.info.run_id for r in runs if r.info.status == "RUNNING"}
         logged = 0
-        for record in records:
-            if str(record.number) in closed:
+        for rec in records:
+            if str(rec.number) in closed:
                 continue
-            if not self.log_trial(record, run_id=open_runs.get(str(record.number))):
+            if not self.log_trial(rec, run_id=open_runs.get(str(rec.number))):
                 return logged
             logged += 1
         self.missed = not self.available

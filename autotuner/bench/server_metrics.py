@@ -6,7 +6,7 @@ Three parts, kept apart:
   differ only by labels are added up (vLLM labels every series with the model and engine index), and
   histogram/summary series (`_bucket`, `_sum`, `_count`, quantiles) are left out: a sampler wants
   gauges and counters.
-- `ENGINE_METRICS` maps each engine's names onto one vocabulary (`kv_cache_usage` as a 0..1 ratio,
+- each engine adapter (`server_metrics`) maps its's names onto one vocabulary (`kv_cache_usage` as a 0..1 ratio,
   `requests_running`, `requests_waiting`, `preemptions_total`, `generation_tokens_total`, ...), so the
   report reasons about every engine alike. Names come from the engines' sources: llama.cpp
   tools/server/server-task.cpp (`llamacpp:` prefix; it reports no KV-cache usage and counts generated
@@ -32,38 +32,18 @@ import urllib.parse
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
+from autotuner.engines._base import EngineError, get_engine
+
 DEFAULT_INTERVAL_S = 0.5
 
-# canonical name -> (source name, kind, scale to canonical units)
-_Source = tuple[str, str, float]
-ENGINE_METRICS: dict[str, dict[str, _Source]] = {
-    "llamacpp": {
-        "requests_running": ("llamacpp:requests_processing", "gauge", 1.0),
-        "requests_waiting": ("llamacpp:requests_deferred", "gauge", 1.0),
-        "busy_slots_per_decode": ("llamacpp:n_busy_slots_per_decode", "gauge", 1.0),
-        "generation_tokens_total": ("llamacpp:tokens_predicted_total", "counter", 1.0),
-        "prompt_tokens_total": ("llamacpp:prompt_tokens_total", "counter", 1.0),
-        "decode_calls_total": ("llamacpp:n_decode_total", "counter", 1.0),
-    },
-    "vllm": {
-        "kv_cache_usage": ("vllm:kv_cache_usage_perc", "gauge", 1.0),  # a 0..1 ratio despite the name
-        "requests_running": ("vllm:num_requests_running", "gauge", 1.0),
-        "requests_waiting": ("vllm:num_requests_waiting", "gauge", 1.0),
-        "preemptions_total": ("vllm:num_preemptions_total", "counter", 1.0),
-        "generation_tokens_total": ("vllm:generation_tokens_total", "counter", 1.0),
-        "prompt_tokens_total": ("vllm:prompt_tokens_total", "counter", 1.0),
-        # prompt tokens looked up in / found in the prefix cache (vllm/v1/metrics/loggers.py)
-        "prefix_cache_queries_total": ("vllm:prefix_cache_queries_total", "counter", 1.0),
-        "prefix_cache_hits_total": ("vllm:prefix_cache_hits_total", "counter", 1.0),
-    },
-    "sglang": {
-        "kv_cache_usage": ("sglang:token_usage", "gauge", 1.0),
-        "requests_running": ("sglang:num_running_reqs", "gauge", 1.0),
-        "requests_waiting": ("sglang:num_queue_req", "gauge", 1.0),
-        "generation_tokens_total": ("sglang:generation_tokens_total", "counter", 1.0),
-        "prompt_tokens_total": ("sglang:prompt_tokens_total", "counter", 1.0),
-    },
-}
+@functools.lru_cache(maxsize=None)
+def sources(engine: str) -> Mapping[str, tuple[str, str, float]]:
+    """The engine's /metrics series by canonical name (each adapter publishes its own; read-only)."""
+    try:
+        return get_engine(engine).server_metrics
+    except EngineError:
+        return {}
+
 
 _LINE = re.compile(r"^([a-zA-Z_:][a-zA-Z0-9_:]*)(\{.*\})?\s+(\S+)(?:\s+\d+)?\s*$")
 _SKIPPED_SUFFIXES = ("_bucket", "_sum", "_count", "_created")
@@ -104,7 +84,7 @@ def parse_prometheus(text: str) -> dict[str, float]:
 def canonical(engine: str, raw: Mapping[str, float]) -> dict[str, float]:
     """One engine's parsed metrics -> the canonical names (those the engine exposes)."""
     out = {}
-    for name, (source, _kind, scale) in ENGINE_METRICS.get(engine, {}).items():
+    for name, (source, _kind, scale) in sources(engine).items():
         if source in raw:
             out[name] = raw[source] * scale
     return out
@@ -112,7 +92,7 @@ def canonical(engine: str, raw: Mapping[str, float]) -> dict[str, float]:
 
 @functools.cache
 def _selector(engine: str) -> re.Pattern[bytes]:
-    names = sorted({source for source, _k, _s in ENGINE_METRICS.get(engine, {}).values()}, key=len, reverse=True)
+    names = sorted({source for source, _k, _s in sources(engine).values()}, key=len, reverse=True)
     alternatives = b"|".join(re.escape(n.encode()) for n in names) or b"(?!)"
     return re.compile(rb"^(" + alternatives + rb")(?:\{[^\n]*\})?[ \t]+(\S+)", re.M)
 
@@ -133,7 +113,7 @@ def read_canonical(engine: str, text: bytes) -> dict[str, float]:
 
 
 def kinds(engine: str) -> dict[str, str]:
-    return {name: kind for name, (_s, kind, _x) in ENGINE_METRICS.get(engine, {}).items()}
+    return {name: kind for name, (_s, kind, _x) in sources(engine).items()}
 
 
 @dataclass(frozen=True)

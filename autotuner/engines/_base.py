@@ -112,6 +112,8 @@ class Engine:
 
     name: ClassVar[str]
     flags: ClassVar[Mapping[str, Flag]]
+    default_image: ClassVar[str] = "{engine}:{version}"  # format(version=...): where --format docker runs it
+    server_metrics: ClassVar[Mapping[str, tuple[str, str, float]]] = {}  # canonical /metrics name -> source
 
     def check_space(self, param_names: list[str], choices: Mapping[str, list[Any]]) -> None:
         """Raise EngineError for a param this engine does not know, or a value it does not accept."""

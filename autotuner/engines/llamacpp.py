@@ -45,6 +45,16 @@ _ERROR_LINE = re.compile(r"^[\d.]+ E |^error:|^terminate called", re.I)
 @register
 class LlamaCppEngine(Engine):
     name = "llamacpp"
+    default_image = "autotuner/llama-server:{version}"  # an image whose PATH has the server
+    # /metrics: canonical name -> (this engine's series, kind, scale to canonical units)
+    server_metrics = {
+        "requests_running": ("llamacpp:requests_processing", "gauge", 1.0),
+        "requests_waiting": ("llamacpp:requests_deferred", "gauge", 1.0),
+        "busy_slots_per_decode": ("llamacpp:n_busy_slots_per_decode", "gauge", 1.0),
+        "generation_tokens_total": ("llamacpp:tokens_predicted_total", "counter", 1.0),
+        "prompt_tokens_total": ("llamacpp:prompt_tokens_total", "counter", 1.0),
+        "decode_calls_total": ("llamacpp:n_decode_total", "counter", 1.0),
+    }
     flags = FLAGS
 
     def build(self, params: Mapping[str, Any], ctx: LaunchContext) -> LaunchSpec:

@@ -88,6 +88,15 @@ _FAILURES = [
 @register
 class SglangEngine(Engine):
     name = "sglang"
+    default_image = "lmsysorg/sglang:{version}"  # an image whose PATH has the server
+    # /metrics: canonical name -> (this engine's series, kind, scale to canonical units)
+    server_metrics = {
+        "kv_cache_usage": ("sglang:token_usage", "gauge", 1.0),
+        "requests_running": ("sglang:num_running_reqs", "gauge", 1.0),
+        "requests_waiting": ("sglang:num_queue_req", "gauge", 1.0),
+        "generation_tokens_total": ("sglang:generation_tokens_total", "counter", 1.0),
+        "prompt_tokens_total": ("sglang:prompt_tokens_total", "counter", 1.0),
+    }
     flags = FLAGS
 
     def build(self, params: Mapping[str, Any], ctx: LaunchContext) -> LaunchSpec:

@@ -139,6 +139,19 @@ _ERROR_LINE = re.compile(r"^(\(\w+ pid=\d+\) )?(ERROR|CRITICAL)\b|Error:|^Runtim
 @register
 class VllmEngine(Engine):
     name = "vllm"
+    default_image = "vllm/vllm-openai:{version}"  # an image whose PATH has the server
+    # /metrics: canonical name -> (this engine's series, kind, scale to canonical units)
+    server_metrics = {
+        "kv_cache_usage": ("vllm:kv_cache_usage_perc", "gauge", 1.0),  # a 0..1 ratio despite the name
+        "requests_running": ("vllm:num_requests_running", "gauge", 1.0),
+        "requests_waiting": ("vllm:num_requests_waiting", "gauge", 1.0),
+        "preemptions_total": ("vllm:num_preemptions_total", "counter", 1.0),
+        "generation_tokens_total": ("vllm:generation_tokens_total", "counter", 1.0),
+        "prompt_tokens_total": ("vllm:prompt_tokens_total", "counter", 1.0),
+        # prompt tokens looked up in / found in the prefix cache (vllm/v1/metrics/loggers.py)
+        "prefix_cache_queries_total": ("vllm:prefix_cache_queries_total", "counter", 1.0),
+        "prefix_cache_hits_total": ("vllm:prefix_cache_hits_total", "counter", 1.0),
+    }
     flags = FLAGS
 
     def build(self, params: Mapping[str, Any], ctx: LaunchContext) -> LaunchSpec:
