@@ -43,7 +43,8 @@ from autotuner.space import RandomSuggester, SearchSpace
 from autotuner.study import best_trial, open_study, primary_value
 from autotuner.study import verdict as study_verdict
 from autotuner.study_artifacts import StudyArtifacts
-from autotuner.tracking import LEVEL_PREFIX, MlflowTracker, TrialRecord, trial_record
+from autotuner.callbacks import StudyCallback
+from autotuner.tracking import MlflowStudyLog, MlflowTracker
 
 MAX_REASKS = 20  # re-proposals of measured configs in a row before an unmeasured one is drawn at random
 # Failures that say the config cannot run here: final at once (the transient ones get one more launch).
@@ -77,6 +78,12 @@ class StudyDriver:
         self.artifacts = StudyArtifacts(self.study, experiment, engine, tracker, self.workdir, binary=binary,
                                         engine_version=self.engine_version, environment=self._environment(),
                                         redactor=self.redact)
+        self.mlflow = MlflowStudyLog(tracker, study_name=self.cfg.study_name, tags=self._common_tags(),
+                                     params={k: self.redact.text(str(v)) for k, v in self._study_params().items()},
+                                     workdir=self.workdir, metric=self.cfg.objective.metric,
+                                     direction=self.cfg.objective.direction)
+        # The order matters at the end: the files are written, then MLflow gets the summary and closes.
+        self.callbacks: list[StudyCallback] = [self.artifacts, self.mlflow]
         self.executor = TrialExecutor(experiment, engine=engine, launcher=launcher, binary=binary,
                                       secrets=self.secrets, pool=pool)
         self._stop = StopRequests()
@@ -97,13 +104,10 @@ class StudyDriver:
         if reaped:
             progress.note(f"removed {len(reaped)} engine(s) left by an interrupted run: {', '.join(reaped)}")
         self.tracker.warn = progress.note
-        study_params = {k: self.redact.text(str(v)) for k, v in self._study_params().items()}
         # Workers starting at once: one queues the baseline, and all continue one MLflow parent run.
         with locks.creating(self.cfg.study.storage):
-            self.tracker.start_study(self.cfg.study_name, params=study_params, tags=self._common_tags())
+            self._emit("study_started", self.study)
             self._enqueue_first_trials()
-        self._sync_tracking(force=True)  # what a killed tuner left open is logged with how it ended
-        self.artifacts.start()
         deadline = time.monotonic() + timeout_s if timeout_s else None
         self._stop = self.executor.stop = StopRequests(on_first=lambda name: progress.note(
             f"{name}: finishing the measurement under way, then stopping (again to stop at once)"))
@@ -126,7 +130,6 @@ class StudyDriver:
                         progress.note(f"stopping: {message}")
                         self.study.set_user_attr(record.STOP_REASON, message)
                         break
-                    self.artifacts.after_trial()
                     if decision := self._stop_decision():
                         progress.note(f"stopping: {decision.message}")
                         self.study.set_user_attr("stop_reason", decision.message)
@@ -139,16 +142,18 @@ class StudyDriver:
                     else:
                         self._confirm(progress)
             except KeyboardInterrupt:
-                self.tracker.end_study("KILLED")
+                self._emit("study_aborted")
                 raise
-        self.artifacts.finish()
-        self._log_study_summary()
+        # The parent run stays open while other workers still add trials.
+        status = "KILLED" if self._stop.requested else None if self._running_trials() else "FINISHED"
+        self._emit("study_finished", status, self._summary_metrics())
         if self._stop.requested:
-            self.tracker.end_study("KILLED")
             raise KeyboardInterrupt
-        if not self._running_trials():  # the parent run stays open while other workers still add trials
-            self.tracker.end_study("FINISHED")
         return self.study
+
+    def _emit(self, event: str, *args: Any) -> None:
+        for callback in self.callbacks:
+            getattr(callback, event)(*args)
 
     def _recover_dead_workers(self, progress: Progress) -> None:
         """Between trials: fail and queue again the trials of workers that died, remove their engines
@@ -157,7 +162,7 @@ class StudyDriver:
         if gone:
             progress.note(f"trial(s) {', '.join(f'#{n}' for n in gone)}: the worker is gone; failed and queued again")
             self.launcher.reap(self.labels)
-            self._sync_tracking(force=True)
+            self._emit("trials_recovered")
 
     def _trials_in_study(self) -> int:
         """Trials run or running, by every worker; one that was interrupted and queued again counts once, and
@@ -232,8 +237,8 @@ class StudyDriver:
             self.study.set_user_attr(record.CONFIRMATION, {str(k): v for k, v in done.items()})
             shown = f"{value:,.1f}" if value is not None else f"{result.failure_class}: {result.reason} (flaky: cannot win)"
             progress.note(f"    trial #{number} again: {shown} (first: {view.value:,.1f})")
-        self.tracker.log_study(artifacts={"confirmation.json": json.dumps(
-            {"order": order, "measurements": self.study.user_attrs.get(record.CONFIRMATION)}, indent=2)})
+        self._emit("confirmation_finished", {"order": order,
+                                             "measurements": self.study.user_attrs.get(record.CONFIRMATION)})
 
     def _confirmation_candidates(self, top_k: int) -> list[int]:
         """The round: the `top_k` best configurations by their first value, then the baseline (kept from
@@ -276,16 +281,13 @@ class StudyDriver:
                                "config: " + (config or "(defaults)")) + ("" if baseline else f" · by {who}"
                                                                          + (f": {why}" if why else "")))
         trial_dir = self.workdir / f"trial-{trial.number:04d}"
-        self._sync_tracking()
-        run_id = self.tracker.start_trial(trial.number, tags={**self._common_tags(), "autotuner.baseline": str(baseline).lower(),
-                                                             "autotuner.proposed_by": who, "autotuner.reason": why or ""})
+        self._emit("trial_started", trial.number, {"autotuner.baseline": str(baseline).lower(),
+                                                   "autotuner.proposed_by": who, "autotuner.reason": why or ""})
         timings: dict[str, float] = {}
         stop_now = False
 
         def on_level(step: int, metrics: dict[str, float]) -> None:
-            # Per level under level/ (MLflow charts them as one section); the run's own metrics, logged at
-            # the end, are the scored level's, so the runs table compares trials by what they scored.
-            self.tracker.log_step(run_id, step, {LEVEL_PREFIX + k: v for k, v in metrics.items()})
+            self._emit("level_measured", trial.number, step, metrics)
 
         with Heartbeat(self.study, trial):
             try:
@@ -295,7 +297,7 @@ class StudyDriver:
                 stop_now = True
                 result = TrialResult("FAIL", failure_class="interrupted", reason="interrupted at once by the user",
                                      records=self.executor.records)
-            self._finish(trial, run_id, params, result, trial_dir, timings, t0, progress)
+            self._finish(trial, params, result, trial_dir, timings, t0, progress)
         if result.failure_class == "interrupted":
             self._requeue(trial, params, "retry", "interrupted: measured again")
         elif result.transient and trial.user_attrs.get(record.RETRY_OF) is None:
@@ -364,7 +366,7 @@ class StudyDriver:
         self.study.enqueue_trial(params, user_attrs={**attrs, record.RETRY_OF: trial.number,
                                                      record.PROPOSED_BY: who, record.REASON: why})
 
-    def _finish(self, trial: optuna.Trial, run_id: str | None, params: dict[str, Any], result: TrialResult,
+    def _finish(self, trial: optuna.Trial, params: dict[str, Any], result: TrialResult,
                 trial_dir: Path, timings: dict[str, float], t0: float, progress: Progress) -> None:
         timings["total_s"] = time.perf_counter() - t0
         result.reason, result.log_tail = self.redact.text(result.reason), self.redact.text(result.log_tail) or ""
@@ -401,10 +403,9 @@ class StudyDriver:
         for name, content in extra.items():  # requests.jsonl is written there already
             if isinstance(content, str):
                 (trial_dir / name).write_text(self.redact.text(content) or "")
-        self.tracker.log_series(run_id, records.series(self.engine.name))
         if result.log_tail:
             (trial_dir / "failure.txt").write_text(f"{result.failure_class}: {result.reason}\n\n{result.log_tail}\n")
-        self.tracker.log_trial(self._record(self.study._storage.get_trial(trial._trial_id)), run_id=run_id)
+        self._emit("trial_finished", self.study._storage.get_trial(trial._trial_id), records.series(self.engine.name))
         progress.trial_finished(result.state, result.value,
                                 f"{result.failure_class}: {result.reason}" if result.failure_class else result.reason,
                                 self._best_so_far())
@@ -423,17 +424,6 @@ class StudyDriver:
         if not self.cfg.objective.slo:
             return None
         return highest_passing(level_metrics, load_kind(self.cfg.load), lambda m: meets(m, self.cfg.objective))
-
-    def _record(self, trial: optuna.trial.FrozenTrial) -> TrialRecord:
-        return trial_record(trial, self.workdir / f"trial-{trial.number:04d}", self.cfg.objective.metric,
-                            self.cfg.objective.direction, self._common_tags())
-
-    def _sync_tracking(self, force: bool = False) -> None:
-        """Log to MLflow what it missed while it was unreachable (the Optuna storage is the truth)."""
-        if not (force or self.tracker.missed):
-            return
-        finished = self.study.get_trials(deepcopy=False, states=(TrialState.COMPLETE, TrialState.FAIL, TrialState.PRUNED))
-        self.tracker.backfill([self._record(t) for t in finished], force=force)
 
     def launch_spec(self, params: dict[str, Any], port: int) -> LaunchSpec:
         """The launch of `params` as the trials ran it (the one builder, `autotuner.launch`)."""
@@ -466,7 +456,8 @@ class StudyDriver:
                 "load": c.load.describe(),
                 "workload": json.dumps(c.workload.model_dump(mode="json"))}
 
-    def _log_study_summary(self) -> None:
+    def _summary_metrics(self) -> dict[str, float]:
+        """The parent run's summary: trial counts and the winner by the one rule (`winner.decide`)."""
         trials = self.study.get_trials(deepcopy=False)
         counts = {s.name.lower(): sum(t.state == s for t in trials) for s in (TrialState.COMPLETE, TrialState.FAIL, TrialState.PRUNED)}
         metrics: dict[str, float] = {f"trials_{k}": v for k, v in counts.items()}
@@ -486,7 +477,7 @@ class StudyDriver:
                 metrics[f"best_{self.cfg.objective.metric}"] = primary_value(best)
                 metrics["best_trial"] = best.number
             metrics["pareto_front_size"] = len(self.study.best_trials)
-        self.tracker.log_study(metrics=metrics)
+        return metrics
 
     def _best_so_far(self) -> tuple[int, float] | None:
         """The winner by the one rule (provisional until confirmed), for the progress line."""

@@ -17,16 +17,19 @@ from __future__ import annotations
 import json
 import time
 from pathlib import Path
+from collections.abc import Mapping
 from typing import Any
 
 import optuna
 import yaml
+from optuna.trial import FrozenTrial
 
 from autotuner import export, launch, plots, report
 from autotuner.config import Experiment, FloatParam, IntParam
 from autotuner.secrets import Redactor
 from autotuner.study import best_trial, primary_value
 from autotuner.engines._base import Engine
+from autotuner.callbacks import Series, StudyCallback
 from autotuner.tracking import MlflowTracker
 
 
@@ -100,7 +103,10 @@ def front_commands(summary: report.StudySummary, engine: Engine, exp: Experiment
         row.command = winner_text("args", engine, exp, row, binary, version).strip()
 
 
-class StudyArtifacts:
+class StudyArtifacts(StudyCallback):
+    """The study's files under results/<study>/ (report, plots, best-*), kept current after every trial
+    and copied to the MLflow parent run; a study callback of the driver."""
+
     def __init__(self, study: optuna.Study, exp: Experiment, engine: Engine, tracker: MlflowTracker,
                  folder: Path, *, binary: str | None, engine_version: str, environment: dict[str, Any],
                  redactor: Redactor | None = None):
@@ -112,6 +118,17 @@ class StudyArtifacts:
         self.plot_seconds: list[float] = []
         self._trials_seen = 0
         self._plotly_logged = False
+
+    # --- driver events ----------------------------------------------------------------------------
+
+    def study_started(self, study: optuna.Study) -> None:
+        self.start()
+
+    def trial_finished(self, trial: FrozenTrial, series: Series) -> None:
+        self.after_trial()
+
+    def study_finished(self, status: str | None, metrics: Mapping[str, float]) -> None:
+        self.finish()
 
     # --- hooks ------------------------------------------------------------------------------------
 
