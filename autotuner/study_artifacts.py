@@ -193,6 +193,8 @@ class StudyArtifacts(StudyCallback):
         for name in ("best.json", "best-command.sh"):
             self.redactor.file(self.folder / name)
         artifacts: dict[str, str | Path] = {name: self.folder / name for name in files}
+        if final:  # again at the end: a tracking hiccup at the start must not lose the study's definition
+            artifacts["experiment.yaml"] = self.experiment_text
         for name in ("best.json", "best-command.sh"):
             artifacts[name] = self.folder / name
         for path in result.files:
