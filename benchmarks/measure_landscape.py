@@ -22,6 +22,14 @@ interrupted run resumes. Lines starting with '#' in the CSV say how it was measu
     .venv/bin/python benchmarks/measure_landscape.py [--out benchmarks/data/llamacpp_landscape.csv]
         [--model models/quickstart.gguf] [--limit N]
 
+With `--levels 4,16` it records a landscape per load level instead, for `benchmarks/pruning_savings.py`:
+the quickstart's workload (32 requests of 64 words in, 64 tokens out) at each concurrency in one launch,
+each level with prompts of its own (as the tuner sends them), and per level the throughput, TTFT p99
+and the seconds the level took. Its grid (LEVELS_GRID) is the knobs with the largest effects, threads
+included, so configs that shine only under load are in it:
+
+    .venv/bin/python benchmarks/measure_landscape.py --levels 4,16 --out benchmarks/data/llamacpp_levels.csv
+
 One measurement per config: on a shared 2-core machine a single measurement moves by 5-10% (sometimes
 more) between repeats, so the landscape is a noisy snapshot, not ground truth. This script measures;
 it never asserts.
@@ -48,7 +56,7 @@ sys.path.insert(0, str(REPO))
 
 from autotuner import paths  # noqa: E402
 from autotuner.bench.runner import run_level  # noqa: E402
-from autotuner.bench.workload import Workload  # noqa: E402
+from autotuner.bench.workload import Workload, level_workload, warmup_workload  # noqa: E402
 from autotuner.engines._base import LaunchContext  # noqa: E402
 from autotuner.engines.llamacpp import LlamaCppEngine  # noqa: E402
 from autotuner.launchers._base import LaunchError, free_port  # noqa: E402
@@ -64,6 +72,16 @@ GRID: dict[str, list[Any]] = {
     "cache_type_k": ["f16", "q8_0"],
     "kv_unified": [True, False],
 }
+LEVELS_GRID: dict[str, list[Any]] = {
+    "parallel": [1, 2, 4, 8, 16],
+    "threads": [1, 2],
+    "cont_batching": [True, False],
+    "flash_attn": ["on", "off"],
+    "batch": ["2048/512"],
+    "cache_type_k": ["f16"],
+    "kv_unified": [True],
+}
+LEVELS_WORKLOAD = Workload(endpoint="completions", num_prompts=32, input_len=64, output_len=64, seed=0)
 CONFIG_COLUMNS = ["parallel", "threads", "cont_batching", "flash_attn", "batch_size", "ubatch_size", "cache_type_k",
                   "kv_unified"]
 COLUMNS = [*CONFIG_COLUMNS, "output_tok_per_s", "ttft_ms_p99", "failed", "failure", "load1"]
@@ -77,11 +95,11 @@ MAX_ERROR_RATE = 0.05  # as the tuner's default objective: more failed requests 
 ORDER_SEED = 0
 
 
-def grid_configs() -> list[dict[str, Any]]:
-    """Every config of GRID, as CSV columns (batch split into batch_size and ubatch_size)."""
+def grid_configs(grid: dict[str, list[Any]] = GRID) -> list[dict[str, Any]]:
+    """Every config of `grid`, as CSV columns (batch split into batch_size and ubatch_size)."""
     configs = []
-    for values in itertools.product(*GRID.values()):
-        point = dict(zip(GRID, values))
+    for values in itertools.product(*grid.values()):
+        point = dict(zip(grid, values))
         b, ub = (int(x) for x in point.pop("batch").split("/"))
         configs.append({**point, "batch_size": b, "ubatch_size": ub})
     return configs
@@ -141,12 +159,51 @@ def measure(config: dict[str, Any], engine: LlamaCppEngine, launcher: ProcessLau
         log_path.unlink(missing_ok=True)
 
 
+def level_columns(levels: list[int]) -> list[str]:
+    return [f"{m}@{c}" for c in levels for m in ("output_tok_per_s", "ttft_ms_p99", "error_rate", "measure_s")]
+
+
+def measure_levels(config: dict[str, Any], engine: LlamaCppEngine, launcher: ProcessLauncher, binary: str,
+                   model: Path, work: Path, levels: list[int]) -> dict[str, Any]:
+    """Launch, wait, warm up, measure each concurrency in `levels` (prompts of its own each), stop."""
+    row: dict[str, Any] = {"failed": 0, "failure": ""}
+    ctx = LaunchContext(model_path=model, served_model_name="tiny-llama", port=free_port(), binary=binary)
+    spec = engine.build(config, ctx)
+    log_path = work / f"server-{ctx.port}.log"
+    handle = launcher.start(spec, log_path, {"autotuner.benchmark": "landscape"})
+    try:
+        try:
+            launcher.wait_ready(handle, STARTUP_TIMEOUT_S)
+        except LaunchError as e:
+            cls, _line = engine.classify_failure(e.log_tail)
+            return {**row, "failed": 1, "failure": cls or e.failure_class}
+        asyncio.run(run_level(handle.base_url, spec.served_model_name,
+                              warmup_workload(LEVELS_WORKLOAD, WARMUP_REQUESTS * 2), max_concurrency=levels[0],
+                              timeout_s=REQUEST_TIMEOUT_S))
+        for step, c in enumerate(levels):
+            t = time.perf_counter()
+            result, _ = asyncio.run(run_level(handle.base_url, spec.served_model_name,
+                                              level_workload(LEVELS_WORKLOAD, step), max_concurrency=c,
+                                              timeout_s=REQUEST_TIMEOUT_S))
+            row.update({f"output_tok_per_s@{c}": f"{result.output_tok_per_s:.1f}",
+                        f"ttft_ms_p99@{c}": f"{result.ttft_ms.p99:.1f}", f"error_rate@{c}": f"{result.error_rate:.3f}",
+                        f"measure_s@{c}": f"{time.perf_counter() - t:.2f}"})
+            if not launcher.is_running(handle):
+                return {**row, "failed": 1, "failure": "crashed-mid-run"}
+        return row
+    finally:
+        launcher.stop(handle)
+        log_path.unlink(missing_ok=True)
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--out", type=Path, default=REPO / "benchmarks" / "data" / "llamacpp_landscape.csv")
     ap.add_argument("--model", type=Path, default=REPO / "models" / "quickstart.gguf",
                     help="the small random-weight model (python -m autotuner.models.tiny_gguf --size small)")
     ap.add_argument("--limit", type=int, default=None, help="measure at most N configs this run")
+    ap.add_argument("--levels", type=lambda t: [int(c) for c in t.split(",")], default=None,
+                    help="concurrencies to measure in one launch (a per-level landscape: LEVELS_GRID)")
     args = ap.parse_args()
     signal.signal(signal.SIGTERM, signal.default_int_handler)  # stop the running server on a plain kill too
     binary = paths.llama_server_binary()
@@ -154,7 +211,8 @@ def main() -> None:
         raise SystemExit("needs llama-server and the model: run scripts/setup.sh first "
                          "(or python -m autotuner.models.tiny_gguf --out MODEL --size small)")
 
-    configs = grid_configs()
+    configs = grid_configs(LEVELS_GRID if args.levels else GRID)
+    columns = [*CONFIG_COLUMNS, *level_columns(args.levels), "failed", "failure", "load1"] if args.levels else COLUMNS
     random.Random(ORDER_SEED).shuffle(configs)
     done = read_done(args.out)
     todo = [c for c in configs if key(c) not in done][: args.limit]
@@ -172,23 +230,27 @@ def main() -> None:
             f.write(f"# llama-server {engine_version(str(binary))}; model {args.model.name} "
                     f"({args.model.stat().st_size // 2**20} MiB); {os.cpu_count()} CPUs; measured "
                     f"{time.strftime('%Y-%m-%d')} by benchmarks/measure_landscape.py, one measurement per config\n")
-            f.write(f"# workload: {WORKLOAD.num_prompts} requests, {WORKLOAD.input_len} words in, "
-                    f"{WORKLOAD.output_len} tokens out, concurrency {MAX_CONCURRENCY}, {WARMUP_REQUESTS} warmup; "
+            w, conc = (LEVELS_WORKLOAD, f"concurrency {args.levels} in one launch") if args.levels else (
+                WORKLOAD, f"concurrency {MAX_CONCURRENCY}")
+            f.write(f"# workload: {w.num_prompts} requests, {w.input_len} words in, "
+                    f"{w.output_len} tokens out, {conc}, warmup; "
                     f"load1 = the machine's 1-minute load average when the config was measured\n")
-        writer = csv.DictWriter(f, fieldnames=COLUMNS)
+        writer = csv.DictWriter(f, fieldnames=columns)
         if new_file:
             writer.writeheader()
         for i, config in enumerate(todo, 1):
             t = time.perf_counter()
             load1 = os.getloadavg()[0]
-            row = {**config, **measure(config, engine, launcher, str(binary), args.model.resolve(), work),
-                   "load1": f"{load1:.1f}"}
+            measured = (measure_levels(config, engine, launcher, str(binary), args.model.resolve(), work, args.levels)
+                        if args.levels else measure(config, engine, launcher, str(binary), args.model.resolve(), work))
+            row = {**config, **measured, "load1": f"{load1:.1f}"}
             writer.writerow({k: _text(v) for k, v in row.items()})
             f.flush()
             took = time.perf_counter() - t
             elapsed = time.perf_counter() - t_start
             eta = elapsed / i * (len(todo) - i)
-            result = f"FAIL {row['failure']}" if row["failed"] else f"{row['output_tok_per_s']:>7} tok/s"
+            shown = row.get("output_tok_per_s") or row.get(f"output_tok_per_s@{args.levels[-1]}" if args.levels else "")
+            result = f"FAIL {row['failure']}" if row["failed"] else f"{shown:>7} tok/s"
             flags = " ".join(engine.tuning_args(config))
             print(f"[{i:>3}/{len(todo)}] {result:<22} {took:5.1f} s  load {load1:4.1f}  "
                   f"eta {eta / 60:4.1f} min  {flags}",
