@@ -226,11 +226,15 @@ def make_model(
     if out.exists():
         typer.echo(f"{out} exists")
         return
+    from autotuner.extras import MissingExtra
     from autotuner.models.tiny_gguf import write_tiny_llama_gguf
 
     out.parent.mkdir(parents=True, exist_ok=True)
     typer.echo(f"writing {out} ({size})", err=True)
-    write_tiny_llama_gguf(out, size=size, seed=seed)  # type: ignore[arg-type]
+    try:
+        write_tiny_llama_gguf(out, size=size, seed=seed)  # type: ignore[arg-type]
+    except MissingExtra as e:
+        _fail(str(e))
     typer.echo(str(out))
 
 

@@ -213,11 +213,11 @@ def write_tiny_llama_gguf(path: Path, *, size: Size = "small", seed: int = 0) ->
 
     The same ``size`` and ``seed`` always give the same bytes. Parent folders are created.
     """
-    try:
-        import numpy as np
-        from gguf import GGUFWriter, LlamaFileType
-    except ImportError as exc:  # pragma: no cover - depends on the environment
-        raise RuntimeError("writing a GGUF needs numpy and gguf: pip install 'autotuner[models]'") from exc
+    from autotuner.extras import require
+
+    np = require("numpy", "models", "writing a GGUF model")
+    gguf = require("gguf", "models", "writing a GGUF model")
+    GGUFWriter, LlamaFileType = gguf.GGUFWriter, gguf.LlamaFileType
 
     if size not in SHAPES:
         raise ValueError(f"size must be one of {sorted(SHAPES)}, not {size!r}")
