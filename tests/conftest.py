@@ -108,7 +108,7 @@ def hf_model(vllm_python: Path, tmp_path_factory: pytest.TempPathFactory) -> Pat
     import subprocess
 
     out = tmp_path_factory.mktemp("hf") / "llama-38m"
-    subprocess.run([str(vllm_python), str(REPO / "autotuner" / "models" / "tiny_hf.py"), "--out", str(out)],
+    subprocess.run([str(vllm_python), str(REPO / "scripts" / "tiny_hf.py"), "--out", str(out)],
                    check=True, capture_output=True, timeout=300)
     return out
 
