@@ -170,7 +170,7 @@ def _dry_run(exp, trials: int) -> None:
     from autotuner.dryrun import dry_run
 
     engine = preflight.check(exp, need_model=False)
-    binary = None if exp.config.launcher == "docker" else engine.find_binary()[0]
+    binary = None if exp.config.launcher == "docker" else engine.planned_binary()
     dry_run(exp, engine, trials, typer.echo, binary=binary)
 
 

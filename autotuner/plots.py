@@ -88,7 +88,7 @@ def write_plots(study: optuna.Study, folder: Path, *, importances: bool = True, 
     """Draw the study's plots into `folder` (see the module docstring); returns what was written."""
     folder.mkdir(parents=True, exist_ok=True)
     try:
-        require("plotly", "plots", "study plots")  # Optuna draws every plot with plotly
+        require("plotly", "plots", "drawing the study's plots")  # Optuna draws every plot with plotly
     except MissingExtra as e:
         return PlotResult(skipped={"all": str(e)})
     figs, skipped, seconds = _figures(study, importances)
