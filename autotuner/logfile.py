@@ -14,13 +14,23 @@ LIBRARIES = ("mlflow", "alembic", "optuna", "httpx", "httpcore", "urllib3", "doc
 LOG_NAME = "autotuner.log"
 
 
+class _LazyFileHandler(logging.FileHandler):
+    """Creates its folder and file at the first record: bad input, refused before any start, writes nothing."""
+
+    def __init__(self, path: Path):
+        super().__init__(path, encoding="utf-8", delay=True)
+
+    def _open(self):  # logging.FileHandler._open: private, so its signature is not restated here
+        Path(self.baseFilename).parent.mkdir(parents=True, exist_ok=True)
+        return super()._open()
+
+
 def route_library_logs(folder: Path) -> Path:
     """Send every library logger above to `folder`/autotuner.log instead of the terminal; returns the file."""
     import mlflow  # noqa: F401 - importing it installs its stderr handler: replace it after, not before
 
-    folder.mkdir(parents=True, exist_ok=True)
     path = folder / LOG_NAME
-    handler = logging.FileHandler(path, encoding="utf-8")
+    handler = _LazyFileHandler(path)
     handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
     logging.captureWarnings(True)  # Python warnings (deprecations, Optuna's experimental notes) too
     for name in LIBRARIES:
