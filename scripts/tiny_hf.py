@@ -14,7 +14,8 @@ package) and is run by path (scripts/setup-vllm.sh does):
 
 Shapes (bf16):
 * "small": hidden 768, 6 layers, 12 heads (4 KV heads), FFN 2048, tied embeddings, the ~950-token
-  vocabulary the BPE learns from the word list (at most 2048): ~38.5M params, 77 MB. The smallest size whose tuning effects rise above the noise on a 2-core CPU
+  vocabulary the BPE learns from the word list (at most 2048): ~38.5M params, 77 MB. The smallest size
+  whose tuning effects rise above the noise on a 2-core CPU
   (a 3M one is dominated by Python overhead: one config measured anywhere from 625 to 3190 tok/s).
 * "tiny": hidden 128, 2 layers, 4 heads (2 KV heads): ~0.5M params, for quick checks.
 

@@ -35,7 +35,7 @@ import argparse
 import sys
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Literal
+from typing import Any, Literal
 
 from autotuner.files import replacing
 
@@ -228,12 +228,12 @@ def write_tiny_llama_gguf(path: Path, *, size: Size = "small", seed: int = 0) ->
 
     rng = np.random.default_rng(seed)
 
-    def weight(rows: int, cols: int, std: float = 0.02) -> "np.ndarray":
+    def weight(rows: int, cols: int, std: float = 0.02) -> Any:  # a numpy array (numpy is imported inside the writer)
         # numpy shape (rows, cols) is GGUF/ggml shape [cols, rows]: llama.cpp's layout for matrices
         # that map a `cols`-wide input to a `rows`-wide output.
         return (rng.standard_normal((rows, cols), dtype=np.float32) * std).astype(np.float16)
 
-    def ones(n: int) -> "np.ndarray":
+    def ones(n: int) -> Any:
         return np.ones(n, dtype=np.float32)
 
     h, kv_dim = shape.hidden, shape.kv_heads * shape.head_dim

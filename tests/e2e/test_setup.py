@@ -19,8 +19,8 @@ pytestmark = pytest.mark.slow
 
 def _clone(dest: Path) -> Path:
     """A checkout's files as a clone has them: every file of this repository that git does not ignore."""
-    files = subprocess.run(["git", "-C", str(REPO), "ls-files", "-z", "--cached", "--others", "--exclude-standard"], capture_output=True, text=True,
-                           check=True).stdout.split("\0")
+    files = subprocess.run(["git", "-C", str(REPO), "ls-files", "-z", "--cached", "--others", "--exclude-standard"],
+                           capture_output=True, text=True, check=True).stdout.split("\0")
     for name in filter(None, files):
         src = REPO / name
         if src.is_file():

@@ -86,5 +86,5 @@ def test_plots_without_the_plots_extra_are_skipped_with_the_extra_named(tmp_path
                              "s = optuna.create_study(); s.optimize(lambda t: t.suggest_float('x', 0, 1), 3)\n"
                              "r = write_plots(s, Path('plots')); print(r.files, r.skipped['all'])", tmp_path)
     assert out.returncode == 0, out.stderr
-    assert out.stdout.strip() == ("[] drawing the study's plots needs the 'plots' extra (module plotly is not installed): "
-                                  "pip install 'autotuner[plots]'")
+    assert out.stdout.strip() == ("[] drawing the study's plots needs the 'plots' extra "
+                                  "(module plotly is not installed): pip install 'autotuner[plots]'")
