@@ -47,6 +47,8 @@ def run(
     gpus: Optional[str] = typer.Option(None, "--gpus", help="GPU ids the trials share, e.g. 0,1,2,3 "
                                        "(default: 0 to hardware.gpus-1)."),
     worker: Optional[str] = typer.Option(None, "--worker", hidden=True, help="Set by --parallel for its workers."),
+    verbose: bool = typer.Option(False, "--verbose", help="Show the libraries' own log lines (MLflow, Optuna, ...) "
+                                 "here too; by default they go to results/<study>/autotuner.log."),
 ) -> None:
     """Tune the engine of an experiment: an Optuna study, resumed when it already exists.
 
@@ -62,6 +64,10 @@ def run(
         if dry_run:
             _dry_run(exp, trials)
             return
+        if not verbose:
+            from autotuner.logfile import route_library_logs
+
+            route_library_logs(results / exp.config.study_name)
         tuner = _make_tuner(exp, tracking_uri, results, pool=_pool(exp, parallel, gpus), worker=worker)
     except ConfigError as e:
         _fail(str(e))
@@ -78,7 +84,7 @@ def run(
 
         options = {"--storage": storage, "--seed": seed, "--max-trials": max_trials, "--tracking-uri": tracking_uri, "--target": target, "--patience": patience,
                    "--timeout": timeout, "--gpus": gpus, "--results": results, "--parallel": parallel}
-        given = [str(x) for k, v in options.items() if v is not None for x in (k, v)]
+        given = [str(x) for k, v in options.items() if v is not None for x in (k, v)] + ["--verbose"] * verbose
         code = run_workers(lambda name, n: [sys.executable, "-m", "autotuner.cli", "run", "--experiment",
                                             str(experiment), "--trials", str(n), "--worker", name, *given],
                            trials, parallel, note=lambda line: typer.echo(line, err=True))
@@ -170,7 +176,7 @@ def _dry_run(exp, trials: int) -> None:
     from autotuner.dryrun import dry_run
 
     engine = preflight.check(exp, need_model=False)
-    binary = None if exp.config.launcher == "docker" else engine.find_binary()[0]
+    binary = None if exp.config.launcher == "docker" else engine.planned_binary()
     dry_run(exp, engine, trials, typer.echo, binary=binary)
 
 
@@ -226,11 +232,15 @@ def make_model(
     if out.exists():
         typer.echo(f"{out} exists")
         return
+    from autotuner.extras import MissingExtra
     from autotuner.models.tiny_gguf import write_tiny_llama_gguf
 
     out.parent.mkdir(parents=True, exist_ok=True)
     typer.echo(f"writing {out} ({size})", err=True)
-    write_tiny_llama_gguf(out, size=size, seed=seed)  # type: ignore[arg-type]
+    try:
+        write_tiny_llama_gguf(out, size=size, seed=seed)  # type: ignore[arg-type]
+    except MissingExtra as e:
+        _fail(str(e))
     typer.echo(str(out))
 
 

@@ -199,6 +199,13 @@ class LoadConfig(_Strict):
         return ", ".join(f"{k.replace('max_', '').replace('_', ' ')} {v:g}" for lv in self.levels() for k, v in lv.items())
 
 
+def measured_metrics() -> frozenset[str]:
+    """The names a load level measures: what an objective may optimize (bench/metrics.py's LevelResult)."""
+    from autotuner.bench.metrics import LevelResult  # local: bench imports nothing of config
+
+    return frozenset(LevelResult.from_records([], 1.0).metrics())
+
+
 class ObjectiveConfig(_Strict):
     """One metric (`metric`, `direction`) or several at once (`metrics`, `directions`: the answer is the
     Pareto front). With several, `metric` and `direction` are the first of them: that metric picks the
@@ -227,6 +234,17 @@ class ObjectiveConfig(_Strict):
             if key in data and data[key] != first:
                 raise ValueError(f"give {key} or {key}s, not both ({key} is the first of {key}s)")
         return {**data, **firsts}
+
+    @field_validator("metric", "metrics")
+    @classmethod
+    def _measured(cls, value: str | list[str] | None) -> str | list[str] | None:
+        # Checked here, before anything starts: an unknown name would otherwise surface after the first launch.
+        known = measured_metrics()
+        for name in [value] if isinstance(value, str) else value or []:
+            if name not in known:
+                raise ValueError(f"'{name}' is not a metric the load generator measures "
+                                 f"(metrics: {', '.join(sorted(known))})")
+        return value
 
     @model_validator(mode="after")
     def _pairs(self) -> ObjectiveConfig:
@@ -421,11 +439,14 @@ class Experiment(_Strict):
 
 def _read_yaml(path: Path) -> Any:
     try:
-        text = path.read_text()
+        text = path.read_text(encoding="utf-8")
     except FileNotFoundError:
         raise ConfigError(f"{path}: file not found") from None
-    except OSError as e:
+    except OSError as e:  # a directory, no permission, an I/O error
         raise ConfigError(f"{path}: cannot read ({e.strerror})") from None
+    except UnicodeDecodeError as e:
+        raise ConfigError(f"{path}: not a UTF-8 text file (byte 0x{e.object[e.start]:02x} at offset {e.start}); "
+                          "experiment and search-space files are YAML") from None
     try:
         data = yaml.safe_load(text)
     except yaml.YAMLError as e:
@@ -478,7 +499,7 @@ def load_experiment(path: Path | str) -> Experiment:
 
     base = path.parent
     space_path = (base / cfg.search_space).resolve()
-    if not space_path.is_file():
+    if not space_path.exists():
         raise ConfigError(f"{path}: field 'search_space': file not found: {space_path}")
     space = load_search_space(space_path)
     if space.engine != cfg.engine:

@@ -49,6 +49,10 @@ def _advisory_lock(url: str) -> Iterator[None]:
     import sqlalchemy
     from sqlalchemy.pool import NullPool
 
+    from autotuner.extras import require
+
+    require("psycopg", "postgres", "a PostgreSQL study storage")  # SQLAlchemy's default driver for postgresql://
+
     engine = sqlalchemy.create_engine(url, poolclass=NullPool)
     try:
         with engine.connect() as conn:  # the lock is the connection's: closing it releases the lock too

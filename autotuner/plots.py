@@ -28,6 +28,7 @@ from pathlib import Path
 import optuna
 from optuna.trial import TrialState
 
+from autotuner.extras import MissingExtra, require
 from autotuner.files import replacing, write_atomically
 
 IMPORTANCE_EVERY = 5
@@ -86,6 +87,10 @@ def _target(study: optuna.Study, plot: str, multi: bool) -> dict[str, object]:
 def write_plots(study: optuna.Study, folder: Path, *, importances: bool = True, png: bool = False) -> PlotResult:
     """Draw the study's plots into `folder` (see the module docstring); returns what was written."""
     folder.mkdir(parents=True, exist_ok=True)
+    try:
+        require("plotly", "plots", "drawing the study's plots")  # Optuna draws every plot with plotly
+    except MissingExtra as e:
+        return PlotResult(skipped={"all": str(e)})
     figs, skipped, seconds = _figures(study, importances)
     result = PlotResult(skipped=skipped, seconds=seconds)
     if not figs:

@@ -20,7 +20,6 @@ server log, requests.jsonl, server_metrics.jsonl, bench.json, the resolved exper
 from __future__ import annotations
 
 import json
-import logging
 import os
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
@@ -96,8 +95,7 @@ def _found_load(attrs: Mapping[str, Any]) -> dict[str, float]:
 
 
 def _quiet() -> None:
-    for name in ("mlflow", "alembic", "alembic.runtime.migration"):
-        logging.getLogger(name).setLevel(logging.WARNING)
+    # MLflow's and Alembic's INFO lines go where `autotuner run` sends library logs (logfile.py).
     # MLflow's own HTTP retries would wait minutes for a dead server; ours are shorter and bounded.
     os.environ.setdefault("MLFLOW_HTTP_REQUEST_MAX_RETRIES", "1")
     os.environ.setdefault("MLFLOW_HTTP_REQUEST_TIMEOUT", "15")

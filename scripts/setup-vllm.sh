@@ -69,7 +69,7 @@ if [ -f models/llama-38m/autotuner-model.json ]; then
 else
   say "3/3 writing models/llama-38m (random weights, ~38M params)"
   log="$(mktemp)"
-  "$venv/bin/python" autotuner/models/tiny_hf.py --out models/llama-38m --size small >/dev/null 2>"$log" \
+  "$venv/bin/python" scripts/tiny_hf.py --out models/llama-38m --size small >/dev/null 2>"$log" \
     || { cat "$log" >&2; rm -f "$log"; exit 1; }
   rm -f "$log"
 fi

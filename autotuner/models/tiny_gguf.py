@@ -35,7 +35,7 @@ import argparse
 import sys
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Literal
+from typing import Any, Literal
 
 from autotuner.files import replacing
 
@@ -213,11 +213,11 @@ def write_tiny_llama_gguf(path: Path, *, size: Size = "small", seed: int = 0) ->
 
     The same ``size`` and ``seed`` always give the same bytes. Parent folders are created.
     """
-    try:
-        import numpy as np
-        from gguf import GGUFWriter, LlamaFileType
-    except ImportError as exc:  # pragma: no cover - depends on the environment
-        raise RuntimeError("writing a GGUF needs numpy and gguf: pip install 'autotuner[models]'") from exc
+    from autotuner.extras import require
+
+    np = require("numpy", "models", "writing a GGUF model")
+    gguf = require("gguf", "models", "writing a GGUF model")
+    GGUFWriter, LlamaFileType = gguf.GGUFWriter, gguf.LlamaFileType
 
     if size not in SHAPES:
         raise ValueError(f"size must be one of {sorted(SHAPES)}, not {size!r}")
@@ -228,12 +228,12 @@ def write_tiny_llama_gguf(path: Path, *, size: Size = "small", seed: int = 0) ->
 
     rng = np.random.default_rng(seed)
 
-    def weight(rows: int, cols: int, std: float = 0.02) -> "np.ndarray":
+    def weight(rows: int, cols: int, std: float = 0.02) -> Any:  # a numpy array (numpy is imported inside the writer)
         # numpy shape (rows, cols) is GGUF/ggml shape [cols, rows]: llama.cpp's layout for matrices
         # that map a `cols`-wide input to a `rows`-wide output.
         return (rng.standard_normal((rows, cols), dtype=np.float32) * std).astype(np.float16)
 
-    def ones(n: int) -> "np.ndarray":
+    def ones(n: int) -> Any:
         return np.ones(n, dtype=np.float32)
 
     h, kv_dim = shape.hidden, shape.kv_heads * shape.head_dim

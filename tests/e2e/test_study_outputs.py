@@ -22,6 +22,8 @@ from pathlib import Path
 import pytest
 import yaml
 
+from tests.conftest import everything_required
+
 REPO = Path(__file__).resolve().parents[2]
 ARTIFACTS = REPO / "ci-artifacts"
 NUM_PROMPTS = 16
@@ -41,8 +43,8 @@ constraints: ["batch_size == 512 or parallel == 16"]
 
 
 def _require(what: str, reason: str) -> None:
-    if os.environ.get("CI"):
-        pytest.fail(f"{what} is required in CI: {reason}")
+    if everything_required():
+        pytest.fail(f"{what} is required in the complete suite (scripts/test-all.sh, CI): {reason}")
     pytest.skip(reason)
 
 

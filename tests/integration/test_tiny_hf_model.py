@@ -1,16 +1,23 @@
-"""The random-weight Hugging Face Llama of autotuner.models.tiny_hf: the shape the vLLM experiment needs,
+"""The random-weight Hugging Face Llama of scripts/tiny_hf.py: the shape the vLLM experiment needs,
 one token per workload word, and greedy decoding that streams visible text on every step (so every
 request has a time to first token). Built and checked in the vLLM venv (torch, transformers)."""
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import subprocess
+from pathlib import Path
 
 import pytest
 
 from autotuner.bench.workload import WORDS
-from autotuner.models import tiny_hf
+
+# A script of the vLLM venv, not a module of the package: loaded by path (it imports torch only when run).
+_spec = importlib.util.spec_from_file_location("tiny_hf",
+                                               Path(__file__).resolve().parents[2] / "scripts" / "tiny_hf.py")
+tiny_hf = importlib.util.module_from_spec(_spec)
+_spec.loader.exec_module(tiny_hf)
 
 pytestmark = pytest.mark.slow
 

@@ -7,13 +7,15 @@ generator's own word list (so a prompt of N words is about N tokens), a chat tem
 and must never be changed to do so.
 
 It runs inside the vLLM venv (which has torch, transformers and tokenizers), not autotuner's: it imports
-nothing from autotuner, so it can be run by path:
+nothing from autotuner, so it lives with the scripts that set up tests and experiments (not in the
+package) and is run by path (scripts/setup-vllm.sh does):
 
-    <vllm-venv>/bin/python autotuner/models/tiny_hf.py --out models/llama-38m [--size small] [--seed 0]
+    <vllm-venv>/bin/python scripts/tiny_hf.py --out models/llama-38m [--size small] [--seed 0]
 
 Shapes (bf16):
 * "small": hidden 768, 6 layers, 12 heads (4 KV heads), FFN 2048, tied embeddings, the ~950-token
-  vocabulary the BPE learns from the word list (at most 2048): ~38.5M params, 77 MB. The smallest size whose tuning effects rise above the noise on a 2-core CPU
+  vocabulary the BPE learns from the word list (at most 2048): ~38.5M params, 77 MB. The smallest size
+  whose tuning effects rise above the noise on a 2-core CPU
   (a 3M one is dominated by Python overhead: one config measured anywhere from 625 to 3190 tok/s).
 * "tiny": hidden 128, 2 layers, 4 heads (2 KV heads): ~0.5M params, for quick checks.
 
@@ -90,7 +92,7 @@ def write_tiny_hf_llama(out: Path, size: str = "small", seed: int = 0) -> Path:
     with torch.no_grad():
         model.get_output_embeddings().weight[silent] = 0
     model.save_pretrained(out, safe_serialization=True)
-    (out / "autotuner-model.json").write_text(json.dumps({"made_by": "autotuner.models.tiny_hf", "size": size,
+    (out / "autotuner-model.json").write_text(json.dumps({"made_by": "scripts/tiny_hf.py", "size": size,
                                                           "seed": seed, "params": model.num_parameters()}))
     return out
 
