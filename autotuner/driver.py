@@ -49,7 +49,7 @@ from autotuner.tracking import MlflowStudyLog, MlflowTracker
 MAX_REASKS = 20  # re-proposals of measured configs in a row before an unmeasured one is drawn at random
 # Failures that say the config cannot run here: final at once (the transient ones get one more launch).
 PERMANENT_FAILURES = frozenset({"infeasible", "bad-flag", "assert", "oom", "model-load", "exited-at-start",
-                                "crashed-mid-run", "quality", "backend"})
+                                "crashed-mid-run", "quality", "backend", "internal"})
 
 
 class StudyDriver:

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import asyncio
 import time
+import traceback
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -130,6 +131,12 @@ class TrialExecutor:
         except _Failed as f:
             result = TrialResult("FAIL", failure_class=f.failure_class, reason=f.reason, log_tail=f.log_tail,
                                  transient=f.failure_class in TRANSIENT_FAILURES)
+        except Exception as e:  # a bug of ours or a library's: this trial's failure, never the study's end
+            trace = traceback.format_exc()
+            trial_dir.mkdir(parents=True, exist_ok=True)
+            (trial_dir / "error.log").write_text(trace)
+            result = TrialResult("FAIL", failure_class="internal", reason=f"{type(e).__name__}: {e}",
+                                 log_tail=trace[-4000:])
         finally:
             try:
                 if handle is not None:  # whatever happened: an engine never outlives its trial
