@@ -229,6 +229,7 @@ class StudyDriver:
             label = f"confirm-{number:04d}-{counts[number] + 1}"
             result = self.executor.run({} if view.baseline else dict(view.params), trial=None,
                                        trial_dir=self.workdir / label, progress=progress, timings=timings, label=label)
+            self.redact.file(self.workdir / label / "server.log")  # as a trial's: no secret in what we keep
             if result.failure_class == "interrupted":
                 break  # measured nothing: the round resumes with it on the next run
             value = result.value if result.state == "COMPLETE" else None

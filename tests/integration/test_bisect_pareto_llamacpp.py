@@ -60,10 +60,10 @@ enqueue: [{parallel: 1}]   # one slot: 16 clients queue far past the SLO, one cl
         found = max(m["max_concurrency"] for m in passing)
         assert t.user_attrs["max_load_meeting_slo"] == found
         assert t.value == max(m["output_tok_per_s"] for m in passing)  # scored by a level that meets the SLO
-        assert len(t.intermediate_values) == len(passing)  # every passing probe was reported to the trial
-        # Reported: the best so far (later probes are other loads in other trials, so not comparable).
+        assert len(t.intermediate_values) == len(levels)  # every probe reported its ceiling to the trial
+        # Reported: the ceiling (pruning.py): a bound of the value while probes remain, the value at the end.
         reported = [t.intermediate_values[s] for s in sorted(t.intermediate_values)]
-        assert reported == sorted(reported) and reported[-1] == t.value
+        assert reported[0] >= t.value and reported[-1] == t.value
     levels = one_slot.user_attrs["levels"]
     # One slot and 16 clients: the high end fails, so the search went between the ends.
     assert not meets(levels[1], objective) and len(levels) > 2, levels

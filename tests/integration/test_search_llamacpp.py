@@ -51,14 +51,18 @@ enqueue:
     assert len(trials) < 30 and "converged" in study.user_attrs["stop_reason"]
     crash = [t for t in trials if t.params == {"parallel": 16, "batch_size": 8}]
     assert crash[0].state == TrialState.FAIL and crash[0].user_attrs["failure_class"] == "assert"
-    launched_crashes = [t for t in crash if t.user_attrs.get("reused_from") is None]
+    launched_crashes = [t for t in crash if t.user_attrs.get("duplicate_of") is None]
     assert len(launched_crashes) == 1  # the crash region is never launched again
+    assert all(t.user_attrs["duplicate_of"] == crash[0].number for t in crash[1:])  # re-proposals: not launched
     pruned = [t for t in trials if t.state == TrialState.PRUNED]
     assert pruned and all(len(t.intermediate_values) < 3 for t in pruned)  # stopped before the last level
-    swept = [t for t in trials if t.state == TrialState.COMPLETE and t.user_attrs.get("reused_from") is None]
+    swept = [t for t in trials if t.state == TrialState.COMPLETE]
     assert all(len(t.user_attrs["levels"]) == 3 for t in swept)  # every level in one launch
     confirmation = study.user_attrs["confirmation"]
-    # One more measurement of each of the top two (None: that re-launch failed, which is recorded too).
-    assert len(confirmation) == 2 and all(len(v) == 1 and (v[0] is None or v[0] > 0) for v in confirmation.values())
+    # One more measurement of each of the top two and of the baseline, in one round (None: that re-launch
+    # failed, which is recorded too).
+    baseline = next(t.number for t in trials if t.user_attrs.get("baseline"))
+    assert len(confirmation) == 3 and str(baseline) in confirmation
+    assert all(len(v) == 1 and (v[0] is None or v[0] > 0) for v in confirmation.values())
     measured = [v[0] for v in confirmation.values() if v[0] is not None]
     assert len(set(measured)) == len(measured)  # each re-launch scored by its own levels, not the one before
