@@ -65,7 +65,7 @@ def run(
             _dry_run(exp, trials)
             return
         if not verbose:
-            from autotuner.logfile import route_library_logs
+            from autotuner.util.logfile import route_library_logs
 
             route_library_logs(results / exp.config.study_name)
         tuner = _make_tuner(exp, tracking_uri, results, pool=_pool(exp, parallel, gpus), worker=worker)
@@ -80,7 +80,7 @@ def run(
     interrupted = ("\nInterrupted: the engine is stopped and every finished trial is saved. "
                    "Run the same command to resume.")
     if parallel > 1 and worker is None:
-        from autotuner.workers import run_workers
+        from autotuner.node.workers import run_workers
 
         options = {"--storage": storage, "--seed": seed, "--max-trials": max_trials, "--tracking-uri": tracking_uri, "--target": target, "--patience": patience,
                    "--timeout": timeout, "--gpus": gpus, "--results": results, "--parallel": parallel}
@@ -103,7 +103,7 @@ def run(
             raise typer.Exit(130) from None
         if worker is not None:  # the process that started the workers reports on the study
             return
-    from autotuner.study_artifacts import front_commands, winner_text
+    from autotuner.tracking.artifacts import front_commands, winner_text
 
     # The commands the tuner wrote into best-command.sh and report.md (one builder); the files are its own.
     summary = report.summarize(study, exp.config.objective.metric)
@@ -139,18 +139,18 @@ def _worker_seed(exp, seed: Optional[int], worker: Optional[str]) -> Optional[in
 
 
 def _pool(exp, parallel: int, gpus: Optional[str]):
-    from autotuner.pool import Leases, node_pool
+    from autotuner.node.pool import Leases, node_pool
 
     pool = node_pool(exp.config, parallel, gpus)
     return Leases(pool) if pool else None
 
 
 def _make_tuner(exp, tracking_uri: Optional[str], results: Path, pool=None, worker: Optional[str] = None):
-    from autotuner import preflight
+    from autotuner.core import preflight
     from autotuner.config import ConfigError
     from autotuner.launchers import make_launcher
     from autotuner.tracking import MlflowTracker
-    from autotuner.driver import StudyDriver
+    from autotuner.core.driver import StudyDriver
 
     cfg = exp.config
     engine = preflight.check(exp)
@@ -164,7 +164,7 @@ def _make_tuner(exp, tracking_uri: Optional[str], results: Path, pool=None, work
     if cfg.launcher == "docker":  # the engine that runs is the image's, not a host binary
         engine_version = launcher.engine_version(engine, {"autotuner.study": cfg.study_name})
     tracker = MlflowTracker(tracking_uri or cfg.tracking.uri)
-    from autotuner.progress import Progress
+    from autotuner.core.progress import Progress
 
     return StudyDriver(exp, engine=engine, launcher=launcher, tracker=tracker, results_dir=results,
                  binary=str(binary) if binary else None, engine_version=engine_version, pool=pool,
@@ -172,8 +172,8 @@ def _make_tuner(exp, tracking_uri: Optional[str], results: Path, pool=None, work
 
 
 def _dry_run(exp, trials: int) -> None:
-    from autotuner import preflight
-    from autotuner.dryrun import dry_run
+    from autotuner.core import preflight
+    from autotuner.report.dryrun import dry_run
 
     engine = preflight.check(exp, need_model=False)
     binary = None if exp.config.launcher == "docker" else engine.planned_binary()
@@ -232,7 +232,7 @@ def make_model(
     if out.exists():
         typer.echo(f"{out} exists")
         return
-    from autotuner.extras import MissingExtra
+    from autotuner.util.extras import MissingExtra
     from autotuner.models.tiny_gguf import write_tiny_llama_gguf
 
     out.parent.mkdir(parents=True, exist_ok=True)
@@ -247,7 +247,7 @@ def make_model(
 def _study_for_reading(experiment: Path, storage: Optional[str], study: Optional[str]):
     """(optuna study, experiment) for `report` and `best`; exits 2 with one line when it cannot."""
     from autotuner.config import ConfigError, load_experiment
-    from autotuner.study_artifacts import open_existing
+    from autotuner.tracking.artifacts import open_existing
 
     try:
         exp = load_experiment(experiment) if (experiment.exists() or not (storage and study)) else None
@@ -279,13 +279,13 @@ def report(
         _fail(f"--format: expected text, markdown or json (got {fmt!r})")
     from autotuner import report as rep
     from autotuner.engines._base import EngineError, get_engine
-    from autotuner.study_artifacts import bounds, front_commands, study_binary, winner_text
-    from autotuner.study_artifacts import target as exp_target
+    from autotuner.tracking.artifacts import bounds, front_commands, study_binary, winner_text
+    from autotuner.tracking.artifacts import target as exp_target
 
     optuna_study, exp = _study_for_reading(experiment, storage, study)
     folder = results / optuna_study.study_name
     if plots:
-        from autotuner.plots import write_plots
+        from autotuner.report.plots import write_plots
 
         write_plots(optuna_study, folder / "plots", png=True)
     summary = rep.summarize(optuna_study, exp.config.objective.metric, top_k=top,
@@ -328,10 +328,10 @@ def best(
     out: Optional[Path] = typer.Option(None, "--out", "-o", help="Write to this file instead of stdout."),
 ) -> None:
     """Print the best configuration, ready to run."""
-    from autotuner import export
+    from autotuner.report import export
     from autotuner import report as rep
     from autotuner.engines._base import EngineError, get_engine
-    from autotuner.study_artifacts import study_binary, winner_text
+    from autotuner.tracking.artifacts import study_binary, winner_text
 
     if fmt not in export.FORMATS:
         _fail(f"--format: expected one of {', '.join(export.FORMATS)} (got {fmt!r})")

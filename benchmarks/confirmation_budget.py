@@ -30,8 +30,9 @@ from pathlib import Path
 
 import optuna
 
-from autotuner import paths, record
-from autotuner.winner import Candidate, decide
+from autotuner.core import record
+from autotuner.util import paths
+from autotuner.core.winner import Candidate, decide
 
 REPO = Path(__file__).resolve().parent.parent
 BASE = dict(batch_size=512, ubatch_size=512, cont_batching=True, flash_attn="auto", cache_type_k="f16",

@@ -18,7 +18,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from autotuner import paths
+from autotuner.util import paths
 from autotuner.config import DockerConfig
 from autotuner.engines._base import LaunchContext
 from autotuner.engines.llamacpp import LlamaCppEngine

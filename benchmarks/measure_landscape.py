@@ -54,7 +54,7 @@ from typing import Any
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-from autotuner import paths  # noqa: E402
+from autotuner.util import paths  # noqa: E402
 from autotuner.bench.runner import run_level  # noqa: E402
 from autotuner.bench.workload import Workload, level_workload, warmup_workload  # noqa: E402
 from autotuner.engines._base import LaunchContext  # noqa: E402

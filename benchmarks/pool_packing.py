@@ -1,6 +1,6 @@
 """What the device pool's rules cost and buy: a night of `--parallel` trials on one 8-GPU node, simulated.
 
-The pool serves requests first come, first served (autotuner/pool.py: a request waits while an older one
+The pool serves requests first come, first served (autotuner/node/pool.py: a request waits while an older one
 for overlapping units waits) and places them with `pack` (aligned blocks, best fit). The alternative is
 greedy backfill: serve any waiting request that fits, oldest first, which keeps GPUs busier but can
 starve a big trial behind a stream of small ones. Both run here on the same random workloads: W workers,
@@ -22,7 +22,7 @@ import random
 import statistics
 from dataclasses import dataclass, field
 
-from autotuner.pool import pack
+from autotuner.node.pool import pack
 
 MIXES = {
     "mostly small: TP1 60%, TP2 30%, TP8 10%": [(1, 0.6), (2, 0.3), (8, 0.1)],

@@ -29,10 +29,10 @@ from typing import Any
 import optuna
 
 from autotuner.config import load_experiment
-from autotuner.load_search import make_plan
-from autotuner.objective import SloViolated, level_value, meets, trial_values
-from autotuner.pruning import ceiling
-from autotuner.study import make_pruner
+from autotuner.core.load_search import make_plan
+from autotuner.core.objective import SloViolated, level_value, meets, trial_values
+from autotuner.core.pruning import ceiling
+from autotuner.core.study import make_pruner
 
 REPO = Path(__file__).resolve().parent.parent
 

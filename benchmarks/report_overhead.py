@@ -24,7 +24,9 @@ from pathlib import Path
 
 import optuna
 
-from autotuner import paths, plots, report
+from autotuner import report
+from autotuner.report import plots
+from autotuner.util import paths
 
 REPO = Path(__file__).resolve().parent.parent
 

@@ -16,7 +16,7 @@ Printed: the landscape's summary (best and worst config, spread, failures, how m
 - the best so far, as a share of the landscape's best, after 10, 20, 40 and 80 trials (a tuner's usual
   budgets), and the distinct configs launched in 80 trials.
 
-Samplers: `tpe` exactly as autotuner.study.make_sampler builds it (the tuner's default), `gp` (the same
+Samplers: `tpe` exactly as autotuner.core.study.make_sampler builds it (the tuner's default), `gp` (the same
 for GPSampler; needs torch, which the project does not depend on: skipped with a note when missing; slow:
 about 3 minutes per study of 240 trials on 2 busy cores, so pass a smaller --seeds/--budget with it),
 `random`, and `grid` (GridSampler over the whole grid, in a seeded random order). `--variants` adds TPE
@@ -54,8 +54,8 @@ sys.path.insert(0, str(REPO))
 import optuna  # noqa: E402
 from optuna.trial import TrialState  # noqa: E402
 
-from autotuner.sampling import FAILURE_CONSTRAINT, FailureAwareSampler  # noqa: E402
-from autotuner.study import make_sampler  # noqa: E402
+from autotuner.core.sampling import FAILURE_CONSTRAINT, FailureAwareSampler  # noqa: E402
+from autotuner.core.study import make_sampler  # noqa: E402
 
 CHECKPOINTS = (10, 20, 40, 80)  # trials after which the best so far is reported
 METRIC = "output_tok_per_s"

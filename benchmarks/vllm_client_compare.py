@@ -34,7 +34,7 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-from autotuner import paths  # noqa: E402
+from autotuner.util import paths  # noqa: E402
 
 OURS = r"""
 import json, resource, sys, time

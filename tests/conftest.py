@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from autotuner import paths
+from autotuner.util import paths
 
 REPO = Path(__file__).resolve().parent.parent
 

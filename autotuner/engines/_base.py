@@ -150,7 +150,7 @@ class Engine:
         """Rules this config breaks before any launch (empty: launchable).
 
         `context` holds facts about the experiment: `input_len`, `output_len`, `gpus`, `engine_args`, and
-        the model's shape when its config.json is at hand (autotuner.model_facts: `num_attention_heads`,
+        the model's shape when its config.json is at hand (autotuner.engines.model_facts: `num_attention_heads`,
         `num_key_value_heads`, `num_hidden_layers`, `num_experts`, `max_position_embeddings`).
         Each broken rule is one line saying what the rule is and what broke it."""
         return []

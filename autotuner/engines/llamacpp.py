@@ -96,7 +96,7 @@ class LlamaCppEngine(Engine):
         return None, first_error
 
     def find_binary(self) -> tuple[str | None, str]:
-        from autotuner import paths
+        from autotuner.util import paths
 
         binary = paths.llama_server_binary()
         return (str(binary) if binary else None,

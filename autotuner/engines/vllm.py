@@ -266,7 +266,7 @@ class VllmEngine(Engine):
         return None, first_error
 
     def find_binary(self) -> tuple[str | None, str]:
-        from autotuner import paths
+        from autotuner.util import paths
 
         python = paths.vllm_python()
         return (str(python) if python else None,
@@ -275,7 +275,7 @@ class VllmEngine(Engine):
 
     def planned_binary(self) -> str | None:
         # A local vLLM only ever runs from a python (find_binary), so a dry run shows the module form too.
-        from autotuner import paths
+        from autotuner.util import paths
 
         return self.find_binary()[0] or str(paths.vllm_venv() / "bin" / "python")
 

@@ -22,12 +22,12 @@ def make_launcher(exp: Experiment, *, state_dir: Path | None = None,
     """
     cfg = exp.config
     if cfg.launcher == "process":
-        from autotuner import paths
+        from autotuner.util import paths
         from autotuner.launchers.process import ProcessLauncher
 
         return ProcessLauncher(state_dir or paths.cache_dir() / "processes")
     if cfg.launcher == "docker":
-        from autotuner.extras import MissingExtra, require
+        from autotuner.util.extras import MissingExtra, require
 
         try:
             require("docker", "docker", "launcher 'docker'")

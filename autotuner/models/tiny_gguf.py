@@ -37,7 +37,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
 
-from autotuner.files import replacing
+from autotuner.util.files import replacing
 
 __all__ = [
     "CHAT_TEMPLATE",
@@ -213,7 +213,7 @@ def write_tiny_llama_gguf(path: Path, *, size: Size = "small", seed: int = 0) ->
 
     The same ``size`` and ``seed`` always give the same bytes. Parent folders are created.
     """
-    from autotuner.extras import require
+    from autotuner.util.extras import require
 
     np = require("numpy", "models", "writing a GGUF model")
     gguf = require("gguf", "models", "writing a GGUF model")

@@ -18,9 +18,9 @@ from mlflow.tracking import MlflowClient
 from autotuner.config import load_experiment
 from autotuner.engines._base import get_engine
 from autotuner.launchers.process import ProcessLauncher
-from autotuner.progress import Progress
+from autotuner.core.progress import Progress
 from autotuner.tracking import MlflowTracker, default_tracking_uri
-from autotuner.driver import StudyDriver
+from autotuner.core.driver import StudyDriver
 
 pytestmark = pytest.mark.engine
 REPO = Path(__file__).resolve().parents[2]

@@ -5,7 +5,7 @@ environment, image and model path exactly as its trials were launched.
 GPU studies cannot run here, so each study is a real Optuna study on SQLite holding one COMPLETE trial
 of params from the experiment's own space (the feasible one needing the most GPUs), written by the real
 StudyArtifacts and read back by the real CLI. What the trial ran is rebuilt the way the tuner launches
-it: `autotuner.launch.launch_spec` through the experiment's real launcher's `context`, and for a docker
+it: `autotuner.core.launch.launch_spec` through the experiment's real launcher's `context`, and for a docker
 study the `docker run` line the Docker launcher records for it (`docker-run.txt`).
 """
 
@@ -20,18 +20,18 @@ import optuna
 import pytest
 from typer.testing import CliRunner
 
-from autotuner import launch
+from autotuner.core import launch
 from autotuner.cli import app
 from autotuner.config import load_experiment
 from autotuner.engines._base import get_engine
 from autotuner.launchers.docker import DockerLauncher
 from autotuner.launchers.docker_command import container_gpus, docker_run_argv
 from autotuner.launchers.process import ProcessLauncher
-from autotuner.model_facts import feasibility_context
-from autotuner.pool import Pool, pack
-from autotuner.space import SearchSpace
-from autotuner.study import make_sampler, open_study
-from autotuner.study_artifacts import StudyArtifacts, experiment_from_text, resolved_experiment
+from autotuner.engines.model_facts import feasibility_context
+from autotuner.node.pool import Pool, pack
+from autotuner.config.space import SearchSpace
+from autotuner.core.study import make_sampler, open_study
+from autotuner.tracking.artifacts import StudyArtifacts, experiment_from_text, resolved_experiment
 from autotuner.tracking import MlflowTracker
 
 REPO = Path(__file__).resolve().parents[2]

@@ -18,10 +18,10 @@ from optuna.trial import TrialState
 from autotuner.config import load_experiment
 from autotuner.engines._base import get_engine
 from autotuner.launchers.process import ProcessLauncher
-from autotuner.objective import meets
-from autotuner.progress import Progress
+from autotuner.core.objective import meets
+from autotuner.core.progress import Progress
 from autotuner.tracking import MlflowTracker
-from autotuner.driver import StudyDriver
+from autotuner.core.driver import StudyDriver
 
 pytestmark = pytest.mark.engine
 REPO = Path(__file__).resolve().parents[2]

@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from autotuner import paths
+from autotuner.util import paths
 from autotuner.engines._base import get_engine
 from tests.conftest import _require
 from tests.engine_samples import emitted_argvs, env_names, launch_args, param_values

@@ -16,9 +16,9 @@ import pytest
 from autotuner.config import load_experiment
 from autotuner.engines._base import get_engine
 from autotuner.launchers.process import ProcessLauncher
-from autotuner.progress import Progress
+from autotuner.core.progress import Progress
 from autotuner.tracking import MlflowTracker
-from autotuner.driver import StudyDriver
+from autotuner.core.driver import StudyDriver
 from tests.conftest import processes_with_env
 
 pytestmark = [pytest.mark.engine, pytest.mark.slow]

@@ -23,7 +23,7 @@ pytest.importorskip("gguf")
 pytest.importorskip("numpy")
 
 from autotuner.models.tiny_gguf import write_tiny_llama_gguf  # noqa: E402
-from autotuner.paths import llama_server_binary  # noqa: E402
+from autotuner.util.paths import llama_server_binary  # noqa: E402
 
 pytestmark = [pytest.mark.engine, pytest.mark.slow]
 

@@ -16,9 +16,9 @@ from autotuner.config import load_experiment
 from autotuner.engines._base import get_engine
 from autotuner.launchers._base import free_port
 from autotuner.launchers.process import ProcessLauncher
-from autotuner.progress import Progress
+from autotuner.core.progress import Progress
 from autotuner.tracking import MlflowTracker
-from autotuner.driver import StudyDriver
+from autotuner.core.driver import StudyDriver
 
 pytestmark = pytest.mark.engine
 

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from autotuner import preflight
+from autotuner.core import preflight
 from autotuner.config import ConfigError, load_experiment
 
 SPACE = "engine: llamacpp\nparams:\n  parallel: {type: int, low: 1, high: 8}\n  flash_attn: {type: categorical, choices: ['on', 'off']}\n"

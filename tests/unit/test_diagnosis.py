@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from autotuner.diagnosis import binding_limit, convergence, load_plateau, param_trends
+from autotuner.report.diagnosis import binding_limit, convergence, load_plateau, param_trends
 
 
 def level(**kw):

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from autotuner import export
+from autotuner.report import export
 from autotuner.engines._base import LaunchContext, LaunchSpec, get_engine
 
 PARAMS = {"parallel": 8, "threads": 2, "threads_batch": 2, "cont_batching": False, "flash_attn": "on",

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import threading
 
-from autotuner.files import write_atomically
+from autotuner.util.files import write_atomically
 
 
 def test_writers_racing_on_one_file_never_fail_or_leave_half_a_file(tmp_path):

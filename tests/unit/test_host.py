@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 
-from autotuner import host
+from autotuner.node import host
 
 
 def test_fingerprint_is_json_and_names_the_cpu(monkeypatch):

@@ -5,10 +5,10 @@ from __future__ import annotations
 from pathlib import Path
 
 from autotuner.config import load_experiment
-from autotuner.driver import StudyDriver
+from autotuner.core.driver import StudyDriver
 from autotuner.engines._base import get_engine
 from autotuner.launchers.process import ProcessLauncher
-from autotuner.progress import Progress
+from autotuner.core.progress import Progress
 from autotuner.tracking import MlflowTracker
 
 

@@ -7,8 +7,8 @@ import random
 import pytest
 
 from autotuner.config import LoadConfig, ObjectiveConfig
-from autotuner.load_search import Bisection, LevelList, highest_passing, make_plan
-from autotuner.objective import meets
+from autotuner.core.load_search import Bisection, LevelList, highest_passing, make_plan
+from autotuner.core.objective import meets
 
 
 def run(plan, passes_at):

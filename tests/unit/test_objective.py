@@ -6,7 +6,7 @@ import pytest
 from pydantic import ValidationError
 
 from autotuner.config import ObjectiveConfig
-from autotuner.objective import trial_value
+from autotuner.core.objective import trial_value
 
 LEVELS = [{"output_tok_per_s": 100.0, "ttft_ms_p99": 40.0}, {"output_tok_per_s": 250.0, "ttft_ms_p99": 90.0},
           {"output_tok_per_s": 240.0, "ttft_ms_p99": 300.0}]

@@ -81,7 +81,7 @@ def test_docker_launcher_without_the_docker_extra_is_one_line_naming_it(tmp_path
 
 
 def test_plots_without_the_plots_extra_are_skipped_with_the_extra_named(tmp_path):
-    out = _without("plotly", "import optuna; from pathlib import Path; from autotuner.plots import write_plots\n"
+    out = _without("plotly", "import optuna; from pathlib import Path; from autotuner.report.plots import write_plots\n"
                              "optuna.logging.set_verbosity(optuna.logging.WARNING)\n"
                              "s = optuna.create_study(); s.optimize(lambda t: t.suggest_float('x', 0, 1), 3)\n"
                              "r = write_plots(s, Path('plots')); print(r.files, r.skipped['all'])", tmp_path)

@@ -14,10 +14,10 @@ from rich.console import Console
 from autotuner import report
 from autotuner.config import ObjectiveConfig
 from autotuner.engines._base import get_engine
-from autotuner.objective import SloViolated, trial_values
-from autotuner.sampling import FAILURE_CONSTRAINT
-from autotuner.stopping import decide_front, front_converged
-from autotuner.study import _base_sampler, best_trial, make_sampler, primary_value
+from autotuner.core.objective import SloViolated, trial_values
+from autotuner.core.sampling import FAILURE_CONSTRAINT
+from autotuner.core.stopping import decide_front, front_converged
+from autotuner.core.study import _base_sampler, best_trial, make_sampler, primary_value
 
 TWO = ObjectiveConfig(metrics=["output_tok_per_s", "ttft_ms_p99"], directions=["maximize", "minimize"],
                       slo={"ttft_ms_p99": 1000})
@@ -163,7 +163,7 @@ def test_a_single_objective_report_has_no_front():
 
 
 def test_a_two_objective_study_gets_the_pareto_plot_and_the_others_of_its_first_metric(tmp_path):
-    from autotuner.plots import write_plots
+    from autotuner.report.plots import write_plots
 
     study = front_study()
     study.add_trial(trial([420.0, 700.0], 8))

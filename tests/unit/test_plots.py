@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import optuna
 
-from autotuner import plots
+from autotuner.report import plots
 
 
 def make_study(n: int) -> optuna.Study:

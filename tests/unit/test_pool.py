@@ -12,7 +12,7 @@ import sys
 
 import pytest
 
-from autotuner.pool import Leases, Pool, PoolTooSmall, pack
+from autotuner.node.pool import Leases, Pool, PoolTooSmall, pack
 
 EIGHT = tuple(range(8))
 
@@ -170,7 +170,7 @@ def test_pools_that_share_no_unit_do_not_wait_for_each_other(tmp_path):
 def test_leases_are_per_host_files_in_a_node_local_folder(tmp_path, monkeypatch):
     import socket
 
-    from autotuner.pool import default_dir
+    from autotuner.node.pool import default_dir
 
     monkeypatch.delenv("AUTOTUNER_POOL_DIR", raising=False)
     assert str(default_dir()).startswith(tempfile.gettempdir())
@@ -195,7 +195,7 @@ def _config(tmp_path, extra: str = ""):
 
 def test_the_node_pool_is_the_gpus_the_user_allows(tmp_path):
     from autotuner.config import ConfigError
-    from autotuner.pool import node_pool
+    from autotuner.node.pool import node_pool
 
     gpus = _config(tmp_path, "hardware: {gpus: 4}\n")
     assert node_pool(gpus, 1, None, environ={}).units == (0, 1, 2, 3)

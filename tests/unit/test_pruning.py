@@ -5,7 +5,7 @@ from __future__ import annotations
 import optuna
 import pytest
 
-from autotuner.pruning import CeilingPruner, ceiling
+from autotuner.core.pruning import CeilingPruner, ceiling
 
 PASS = lambda m: m.get("ttft_ms_p99", 0) <= 1000  # noqa: E731 - a tiny SLO for the tests
 

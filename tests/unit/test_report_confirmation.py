@@ -9,7 +9,7 @@ from optuna.distributions import IntDistribution
 
 from autotuner import report
 from autotuner.report import summarize
-from autotuner.study import best_trial, verdict
+from autotuner.core.study import best_trial, verdict
 
 
 def study_with(values: list[tuple[float, bool, dict]], confirmation: dict | None = None) -> optuna.Study:

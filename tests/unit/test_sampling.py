@@ -5,7 +5,7 @@ from __future__ import annotations
 import optuna
 from optuna.trial import TrialState
 
-from autotuner.sampling import FAILURE_CONSTRAINT, FailureAwareSampler, is_config_failure
+from autotuner.core.sampling import FAILURE_CONSTRAINT, FailureAwareSampler, is_config_failure
 
 
 def run(sampler: optuna.samplers.BaseSampler, n: int = 50) -> optuna.Study:
@@ -53,7 +53,7 @@ def test_interrupted_trials_are_invisible_to_the_sampler():
 
 
 def test_nsga2_and_gp_learn_from_failures_too():
-    from autotuner.study import make_sampler
+    from autotuner.core.study import make_sampler
     # NSGA-II breeds after its first generation (50 trials); GP after its 10 random start-up trials.
     for name, start, n in (("nsga2", 50, 120),) + ((("gp", 10, 40),) if _has_torch() else ()):
         aware = [sum(t.state == TrialState.FAIL for t in run(make_sampler(name, s), n=n).trials[start:])
@@ -75,8 +75,8 @@ def test_the_joint_model_survives_a_baseline_trial_and_conditional_params(tmp_pa
     """A real study as users run it (SQLite, the llama.cpp space with its conditional cache_type_v, the
     baseline trial first): TPE's relative (joint) search space holds every param."""
     from autotuner.config import load_experiment
-    from autotuner.space import SearchSpace
-    from autotuner.study import open_study
+    from autotuner.config.space import SearchSpace
+    from autotuner.core.study import open_study
     from pathlib import Path
     repo = Path(__file__).resolve().parents[2]
     exp = load_experiment(repo / "experiments" / "quickstart.yaml")

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from autotuner import paths
+from autotuner.util import paths
 from autotuner.engines._base import LaunchContext, get_engine
 from tests.engine_samples import emitted_argvs, launch_args, param_values
 

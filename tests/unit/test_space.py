@@ -6,7 +6,7 @@ import optuna
 import pytest
 
 from autotuner.config import SearchSpaceConfig
-from autotuner.space import ExpressionError, SearchSpace
+from autotuner.config.space import ExpressionError, SearchSpace
 
 
 def space(params: dict, constraints: list[str] | None = None) -> SearchSpace:

@@ -5,8 +5,8 @@ from __future__ import annotations
 import pytest
 
 from autotuner.config import ObjectiveConfig
-from autotuner.objective import SloViolated, saturated, slo_violations, trial_value
-from autotuner.stopping import converged, decide, relative_noise, target_met
+from autotuner.core.objective import SloViolated, saturated, slo_violations, trial_value
+from autotuner.core.stopping import converged, decide, relative_noise, target_met
 
 
 def test_target_in_both_directions():

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from autotuner.winner import Candidate, confirmation_order, decide
+from autotuner.core.winner import Candidate, confirmation_order, decide
 
 
 def test_provisional_picks_the_best_single_value_and_compares_with_the_baseline_once():

@@ -8,7 +8,7 @@ import sys
 import threading
 import time
 
-from autotuner.workers import run_workers, split
+from autotuner.node.workers import run_workers, split
 
 
 def test_trials_are_split_as_evenly_as_they_go():
@@ -41,7 +41,7 @@ def test_a_sigterm_to_the_parent_reaches_every_worker_and_their_codes_come_back(
 
 
 def test_the_runs_exit_code_from_the_workers():
-    from autotuner.workers import exit_code
+    from autotuner.node.workers import exit_code
 
     assert exit_code([0, 0, 0]) == 0
     assert exit_code([0, 130, -signal.SIGTERM]) == 130  # interrupted, however each one ended

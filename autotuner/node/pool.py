@@ -20,7 +20,7 @@ from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from autotuner import locks
+from autotuner.util import locks
 from autotuner.config import ConfigError, ExperimentConfig
 from autotuner.launchers._base import owner_alive, this_owner
 

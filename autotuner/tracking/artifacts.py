@@ -24,12 +24,14 @@ import optuna
 import yaml
 from optuna.trial import FrozenTrial
 
-from autotuner import export, launch, plots, report
+from autotuner import report
+from autotuner.core import launch
+from autotuner.report import export, plots
 from autotuner.config import Experiment, FloatParam, IntParam
-from autotuner.secrets import Redactor
-from autotuner.study import best_trial, primary_value
+from autotuner.util.secrets import Redactor
+from autotuner.core.study import best_trial, primary_value
 from autotuner.engines._base import Engine
-from autotuner.callbacks import Series, StudyCallback
+from autotuner.core.callbacks import Series, StudyCallback
 from autotuner.tracking import MlflowTracker
 
 
@@ -79,7 +81,7 @@ def resolved_experiment(exp: Experiment) -> str:
 
 def winner_text(fmt: str, engine: Engine, exp: Experiment, row: report.TrialRow, binary: str | None,
                 version: str, image: str | None = None) -> str:
-    """A trial (the best) in one of export.FORMATS, built as its trials were launched (autotuner.launch)."""
+    """A trial (the best) in one of export.FORMATS, built as its trials were launched (autotuner.core.launch)."""
     winner = launch.planned(exp, engine, row.params, port=launch.EXPORT_PORT, binary=binary,
                             host_port=launch.EXPORT_PORT)
     docker = launch.docker_argv(exp, engine, row.params, host_port=launch.EXPORT_PORT, image=image, version=version)

@@ -19,10 +19,10 @@ from optuna.trial import TrialState
 
 from autotuner.config import Experiment
 from autotuner.engines._base import Engine, value_text
-from autotuner.launch import planned
-from autotuner.model_facts import feasibility_context
-from autotuner.space import SearchSpace
-from autotuner.study import make_sampler
+from autotuner.core.launch import planned
+from autotuner.engines.model_facts import feasibility_context
+from autotuner.config.space import SearchSpace
+from autotuner.core.study import make_sampler
 
 DRY_RUN_PORT = 8000
 

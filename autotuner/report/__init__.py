@@ -24,9 +24,10 @@ from optuna.trial import FrozenTrial, TrialState
 from rich.console import Console
 from rich.table import Table
 
-from autotuner import diagnosis, record, winner
-from autotuner.study import verdict as study_verdict
-from autotuner.files import write_atomically
+from autotuner.core import record, winner
+from autotuner.report import diagnosis
+from autotuner.core.study import verdict as study_verdict
+from autotuner.util.files import write_atomically
 from autotuner.engines._base import Engine
 
 LATENCY_COLUMNS = ("ttft_ms_p99", "tpot_ms_p99", "e2e_ms_p99")

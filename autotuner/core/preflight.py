@@ -10,8 +10,8 @@ import os
 
 from autotuner.config import CategoricalParam, ConfigError, Experiment
 from autotuner.engines._base import Engine, EngineError, get_engine
-from autotuner.space import ExpressionError, SearchSpace
-from autotuner.study import check_storage
+from autotuner.config.space import ExpressionError, SearchSpace
+from autotuner.core.study import check_storage
 
 
 def check(exp: Experiment, need_model: bool = True) -> Engine:

@@ -49,7 +49,7 @@ def _advisory_lock(url: str) -> Iterator[None]:
     import sqlalchemy
     from sqlalchemy.pool import NullPool
 
-    from autotuner.extras import require
+    from autotuner.util.extras import require
 
     require("psycopg", "postgres", "a PostgreSQL study storage")  # SQLAlchemy's default driver for postgresql://
 

@@ -33,7 +33,7 @@ from optuna.distributions import BaseDistribution
 from optuna.samplers import BaseSampler
 from optuna.trial import FrozenTrial, TrialState
 
-from autotuner import record
+from autotuner.core import record
 
 FAILURE_CONSTRAINT = "failure"
 _CONSTRAINT_ATTR = f"constraints:{FAILURE_CONSTRAINT}"  # where Optuna keeps it (optuna.study._constrained_optimization)

@@ -22,7 +22,7 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from autotuner.config import LoadConfig
-from autotuner.objective import saturated
+from autotuner.core.objective import saturated
 
 Metrics = Mapping[str, float]
 

@@ -23,7 +23,7 @@ from typing import Any
 
 import optuna
 
-from autotuner import launch, pruning
+from autotuner.core import launch, pruning
 from autotuner.bench.metrics import LevelResult, goodput, usage_note
 from autotuner.bench.runner import run_level
 from autotuner.bench.server_metrics import ServerMetricsSampler
@@ -32,15 +32,15 @@ from autotuner.bench.spread import spread_metrics
 from autotuner.bench.workload import Workload, level_workload, warmup_workload
 from autotuner.config import Experiment
 from autotuner.engines._base import Engine, LaunchContext, LaunchSpec
-from autotuner.interrupts import StopRequests
+from autotuner.util.interrupts import StopRequests
 from autotuner.launchers._base import Handle, LaunchError, Launcher, free_port
-from autotuner.load_search import level_text, load_kind, make_plan
-from autotuner.model_facts import feasibility_context
-from autotuner.objective import SloViolated, meets, slo_within, trial_values
-from autotuner.pool import Leases, PoolTooSmall
-from autotuner.progress import Progress
-from autotuner.space import SearchSpace
-from autotuner.trial_records import TrialRecords
+from autotuner.core.load_search import level_text, load_kind, make_plan
+from autotuner.engines.model_facts import feasibility_context
+from autotuner.core.objective import SloViolated, meets, slo_within, trial_values
+from autotuner.node.pool import Leases, PoolTooSmall
+from autotuner.core.progress import Progress
+from autotuner.config.space import SearchSpace
+from autotuner.core.trial_records import TrialRecords
 
 LOG_TAIL_LINES = 30
 TRANSIENT_FAILURES = frozenset({"startup-timeout", "client-errors"})  # may be the machine: measured once more
@@ -264,7 +264,7 @@ class TrialExecutor:
         return self.space.broken_constraints(params) + self.engine.infeasible(params, self.facts)
 
     def launch_spec(self, params: dict[str, Any], port: int, units: tuple[int, ...] = ()) -> LaunchSpec:
-        """The engine's launch of `params` (autotuner.launch, as the launcher sees it), with the secrets'
+        """The engine's launch of `params` (autotuner.core.launch, as the launcher sees it), with the secrets'
         values and the pool's `units`: GPU ids or CPU cores."""
         spec = launch.launch_spec(self.exp, self.engine, params, port=port, binary=self.binary,
                                   view=self.launcher.context, secrets=self.secrets)

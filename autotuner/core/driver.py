@@ -27,23 +27,25 @@ from typing import Any
 import optuna
 from optuna.trial import TrialState
 
-from autotuner import host, locks, record, secrets, stopping, winner
+from autotuner.core import record, stopping, winner
+from autotuner.node import host
+from autotuner.util import locks, secrets
 from autotuner.config import Experiment, recheck
 from autotuner.engines._base import Engine, LaunchSpec
-from autotuner.executor import TrialExecutor, TrialResult
-from autotuner.interrupts import StopRequests
+from autotuner.core.executor import TrialExecutor, TrialResult
+from autotuner.util.interrupts import StopRequests
 from autotuner.launchers._base import Launcher, this_owner
-from autotuner.load_search import highest_passing, load_kind
-from autotuner.objective import meets, scored_index
-from autotuner.pool import Leases
-from autotuner.progress import Progress
-from autotuner.recovery import WORKER_ATTR, Heartbeat, recover_stale_trials
-from autotuner.sampling import FAILURE_CONSTRAINT
-from autotuner.space import RandomSuggester, SearchSpace
-from autotuner.study import best_trial, open_study, primary_value
-from autotuner.study import verdict as study_verdict
-from autotuner.study_artifacts import StudyArtifacts
-from autotuner.callbacks import StudyCallback
+from autotuner.core.load_search import highest_passing, load_kind
+from autotuner.core.objective import meets, scored_index
+from autotuner.node.pool import Leases
+from autotuner.core.progress import Progress
+from autotuner.core.recovery import WORKER_ATTR, Heartbeat, recover_stale_trials
+from autotuner.core.sampling import FAILURE_CONSTRAINT
+from autotuner.config.space import RandomSuggester, SearchSpace
+from autotuner.core.study import best_trial, open_study, primary_value
+from autotuner.core.study import verdict as study_verdict
+from autotuner.tracking.artifacts import StudyArtifacts
+from autotuner.core.callbacks import StudyCallback
 from autotuner.tracking import MlflowStudyLog, MlflowTracker
 
 MAX_REASKS = 20  # re-proposals of measured configs in a row before an unmeasured one is drawn at random
@@ -427,7 +429,7 @@ class StudyDriver:
         return highest_passing(level_metrics, load_kind(self.cfg.load), lambda m: meets(m, self.cfg.objective))
 
     def launch_spec(self, params: dict[str, Any], port: int) -> LaunchSpec:
-        """The launch of `params` as the trials ran it (the one builder, `autotuner.launch`)."""
+        """The launch of `params` as the trials ran it (the one builder, `autotuner.core.launch`)."""
         return self.executor.launch_spec(params, port)
 
     def _engine_version(self) -> str:

@@ -14,10 +14,11 @@ from typing import Any
 import optuna
 from optuna.trial import TrialState
 
-from autotuner import locks, record, recovery, winner
+from autotuner.core import record, recovery, winner
+from autotuner.util import locks
 from autotuner.config import ConfigError, ExperimentConfig
-from autotuner.pruning import CeilingPruner
-from autotuner.sampling import FailureAwareSampler
+from autotuner.core.pruning import CeilingPruner
+from autotuner.core.sampling import FailureAwareSampler
 
 
 def make_sampler(name: str, seed: int | None) -> optuna.samplers.BaseSampler:

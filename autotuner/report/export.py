@@ -1,6 +1,6 @@
 """The winner, ready to run: an engine command line, a `docker run` line, or a file the engine reads.
 
-Pure: every function maps a launch (autotuner.launch: its spec, command and `docker run` argv, all from
+Pure: every function maps a launch (autotuner.core.launch: its spec, command and `docker run` argv, all from
 the one builder every trial used) to text, and never looks at the disk, Docker or the engine. Formats:
 
 - `args`   the command that starts the winner where the study ran it, on the export port: the engine's

@@ -28,8 +28,8 @@ from pathlib import Path
 import optuna
 from optuna.trial import TrialState
 
-from autotuner.extras import MissingExtra, require
-from autotuner.files import replacing, write_atomically
+from autotuner.util.extras import MissingExtra, require
+from autotuner.util.files import replacing, write_atomically
 
 IMPORTANCE_EVERY = 5
 log = logging.getLogger(__name__)

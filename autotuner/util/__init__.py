@@ -1,0 +1,1 @@
+"""The ground floor every module may use: atomic files, paths, locks, secrets, interrupts, extras, logs."""
