@@ -76,7 +76,7 @@ LEVELS_GRID: dict[str, list[Any]] = {
     "parallel": [1, 2, 4, 8, 16],
     "threads": [1, 2],
     "cont_batching": [True, False],
-    "flash_attn": ["on", "off"],
+    "flash_attn": ["on"],
     "batch": ["2048/512"],
     "cache_type_k": ["f16"],
     "kv_unified": [True],
