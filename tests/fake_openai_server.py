@@ -48,6 +48,7 @@ class FakeServerConfig:
     output_tokens: int | None = None  # tokens per response; None: the request's max_tokens (default 16)
     token_text: str = "tok"  # the text of every token chunk
     status: int = 200  # != 200: answer every generation request with this status and a JSON error
+    capacity: int | None = None  # requests in flight beyond this are answered 503 (an overloaded server)
     error_after_tokens: int | None = None  # send an {"error": ...} event after this many tokens
     drop_after_tokens: int | None = None  # close the connection after this many tokens, mid-body
     # close every connection right after a complete response, without "connection: close" (like a
@@ -283,6 +284,9 @@ class _HttpConnection(asyncio.Protocol):
             return self._reply(_plain_response(config.status, err, keep_alive), keep_alive)
         if not body.get("stream"):
             return self._reply(_plain_response(400, {"error": "only stream=true is served"}, keep_alive), keep_alive)
+        if config.capacity is not None and self.state.in_flight >= config.capacity:
+            err = {"error": {"message": "server overloaded", "type": "Overloaded", "code": 503}}
+            return self._reply(_plain_response(503, err, keep_alive), keep_alive)
 
         received_ns = time.perf_counter_ns()
         served = ServedRequest(path=path, body=body, received_ns=received_ns) if config.record else None
@@ -531,11 +535,16 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--itl-s", type=float, default=0.0)
     parser.add_argument("--output-tokens", type=int, default=None)
     parser.add_argument("--token-text", default="tok")
+    parser.add_argument("--capacity", type=int, default=None, help="requests in flight beyond this get 503")
+    parser.add_argument("--start-delay-s", type=float, default=0.0, help="wait this long before listening")
+    parser.add_argument("--metrics-lines", type=int, default=0, help="serve /metrics (with this much padding)")
     parser.add_argument("--coarse-timing", action="store_true",
                         help="event-loop timers only: ~1 ms late, but many streams keep their pace")
     args = parser.parse_args(argv)
     config = FakeServerConfig(ttft_s=args.ttft_s, itl_s=args.itl_s, output_tokens=args.output_tokens,
-                              token_text=args.token_text, record=False, precise_timing=not args.coarse_timing)
+                              token_text=args.token_text, record=False, precise_timing=not args.coarse_timing,
+                              capacity=args.capacity, metrics_lines=args.metrics_lines)
+    time.sleep(args.start_delay_s)  # a slow start, for readiness timeouts
     with contextlib.suppress(KeyboardInterrupt):
         asyncio.run(serve(config, args.host, args.port))
 

@@ -1,0 +1,39 @@
+"""A real engine adapter for the fake OpenAI server (tests/fake_openai_server.py), so the study driver,
+the executor and every rule between them run for real in seconds, without building llama-server.
+
+Its params change what the server really does: `itl_ms` its time between tokens (speed), `capacity`
+how many requests it serves at once before answering 503 (an overloaded server), `start_delay_s` how
+long it takes to listen (a slow start). The process is started by the real ProcessLauncher.
+"""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+from autotuner.engines._base import Engine, Flag, LaunchContext, LaunchSpec
+
+SERVER = Path(__file__).resolve().parent / "fake_openai_server.py"
+
+
+class FakeEngine(Engine):
+    name = "fake"
+    flags = {
+        "itl_ms": Flag(flag="--itl-s", help="milliseconds between tokens"),
+        "capacity": Flag(flag="--capacity", help="requests served at once; more get 503"),
+        "start_delay_s": Flag(flag="--start-delay-s", help="seconds before it listens"),
+    }
+
+    def tuning_args(self, params: Mapping[str, Any]) -> list[str]:
+        args = super().tuning_args({k: v for k, v in params.items() if k != "itl_ms"})
+        return args + (["--itl-s", str(params["itl_ms"] / 1000)] if "itl_ms" in params else [])
+
+    def build(self, params: Mapping[str, Any], ctx: LaunchContext) -> LaunchSpec:
+        argv = [sys.executable, str(SERVER), "--port", str(ctx.port), "--coarse-timing", "--metrics-lines", "1",
+                *self.tuning_args(params), *ctx.extra_args]
+        return LaunchSpec(argv=argv, port=ctx.port, served_model_name=ctx.served_model_name, health_path="/health")
+
+    def version_argv(self, binary: str) -> list[str]:
+        return [sys.executable, "--version"]

@@ -1,0 +1,89 @@
+"""The study driver and the trial executor, for real, against the fake OpenAI server as the engine:
+what a user would notice of the loop's rules (levels kept, the round's order, re-proposals, retries,
+pruning), in seconds and without llama-server."""
+
+from __future__ import annotations
+
+import io
+import re
+from pathlib import Path
+
+import pytest
+from rich.console import Console
+
+from autotuner.config import load_experiment
+from autotuner.core.driver import StudyDriver
+from autotuner.core.progress import Progress
+from autotuner.launchers.process import ProcessLauncher
+from autotuner.tracking import MlflowTracker
+from tests.fake_engine import FakeEngine
+
+
+def study(tmp_path: Path, space: str, body: str, n: int, study_extra: str = "", startup_s: float = 10) -> tuple[list, str]:
+    """Run `n` trials of a study of the fake engine; its trials and what progress printed."""
+    model = tmp_path / "model.bin"
+    model.write_bytes(b"fake")
+    (tmp_path / "s.yaml").write_text("engine: fake\nparams:\n" + space)
+    (tmp_path / "exp.yaml").write_text(
+        f"name: fake\nengine: fake\nmodel: {{path: {model}, name: m}}\nsearch_space: s.yaml\n"
+        f"study: {{storage: 'sqlite:///{tmp_path}/s.db', seed: 0{study_extra}}}\nstartup_timeout_s: {startup_s}\n" + body)
+    out = io.StringIO()
+    driver = StudyDriver(load_experiment(tmp_path / "exp.yaml"), engine=FakeEngine(),
+                         launcher=ProcessLauncher(tmp_path / "procs"), tracker=MlflowTracker(root=tmp_path / "mlruns"),
+                         results_dir=tmp_path / "results",
+                         progress=lambda total: Progress(total, "output_tok_per_s", Console(file=out, width=300)))
+    return driver.run(n).get_trials(), out.getvalue()
+
+
+WORK = "workload: {num_prompts: 16, input_len: 8, output_len: 16, warmup_requests: 0}\n"
+
+
+def test_an_overloaded_higher_level_keeps_the_lower_levels_that_met_the_slo(tmp_path):
+    trials, out = study(tmp_path, "  capacity: {type: categorical, choices: [4]}\n  itl_ms: {type: categorical, choices: [5]}\n",
+                        WORK + "load: {max_concurrency: [2, 8]}\nconfirm: {top_k: 0}\n", 1, ", baseline: false")
+    (t,) = trials
+    assert t.state.name == "COMPLETE", t.user_attrs.get("failure_reason")
+    levels = t.user_attrs["levels"]
+    assert [m["max_concurrency"] for m in levels] == [2, 8] and levels[1]["error_rate"] > 0.3
+    assert t.user_attrs["scored_level"] == 0 and t.value == levels[0]["output_tok_per_s"]
+    assert "the lower levels that met the SLO count" in out
+
+
+def test_the_round_interleaves_the_top_configs_with_the_baseline(tmp_path):
+    trials, out = study(tmp_path, "  itl_ms: {type: categorical, choices: [2, 5, 20]}\n",
+                        WORK + "load: {max_concurrency: [4]}\nconfirm: {top_k: 2, repeats: 2}\n"
+                        "enqueue: [{itl_ms: 2}, {itl_ms: 5}, {itl_ms: 20}]\n", 4)
+    order = [int(n) for n in re.findall(r"\[confirm \d/6 · #(\d+)\] confirming", out)]
+    assert order == [1, 2, 0, 1, 2, 0], out[-3000:]  # the two best first values, then the defaults, twice
+    assert "median of 2 confirmation launches" in (tmp_path / "results" / "fake" / "report.md").read_text()
+
+
+def test_a_reproposed_config_is_never_launched_again_nor_counted(tmp_path):
+    trials, out = study(tmp_path, "  capacity: {type: categorical, choices: [8, 16]}\n",
+                        WORK + "load: {max_concurrency: [2]}\nconfirm: {top_k: 0}\n", 10)
+    launched = [t for t in trials if t.user_attrs.get("duplicate_of") is None]
+    assert len(launched) == 3  # the baseline and the two configs of the space: each once
+    assert len({tuple(sorted(t.params.items())) for t in launched}) == 3
+    ghosts = [t for t in trials if t.user_attrs.get("duplicate_of") is not None]
+    assert ghosts and all(t.state.name == "FAIL" and "failure_class" not in t.user_attrs for t in ghosts)
+    assert "stopping: every configuration of the search space was measured" in out
+    assert "[trial 4/10" not in out  # a re-proposal is no trial of the budget
+
+
+def test_a_startup_timeout_is_measured_once_more_before_it_is_final(tmp_path):
+    trials, out = study(tmp_path, "  start_delay_s: {type: categorical, choices: [4]}\n",
+                        WORK + "load: {max_concurrency: [2]}\nconfirm: {top_k: 0}\n", 3, ", baseline: false",
+                        startup_s=1)
+    timeouts = [t for t in trials if t.user_attrs.get("failure_class") == "startup-timeout"]
+    assert len(timeouts) == 2 and timeouts[1].user_attrs["retry_of"] == timeouts[0].number
+    assert "measuring it once more" in out
+
+
+def test_a_trial_that_cannot_beat_the_best_is_pruned_at_the_low_level(tmp_path):
+    trials, out = study(tmp_path, "  itl_ms: {type: categorical, choices: [1, 50]}\n",
+                        WORK + "load: {max_concurrency: [2, 8]}\nconfirm: {top_k: 0}\n"
+                        "enqueue: [{itl_ms: 1}, {itl_ms: 50}]\n", 2, ", baseline: false, pruner: ceiling")
+    fast, slow = trials
+    assert fast.state.name == "COMPLETE" and len(fast.user_attrs["levels"]) == 2
+    assert slow.state.name == "PRUNED" and len(slow.user_attrs["levels"]) == 1
+    assert "it can reach at most" in out
