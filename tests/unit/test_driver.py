@@ -8,7 +8,6 @@ import io
 import re
 from pathlib import Path
 
-import pytest
 from rich.console import Console
 
 from autotuner.config import load_experiment
