@@ -7,6 +7,7 @@ mistakes exit with code 2 and one line on stderr; Ctrl-C exits with 130 and says
 from __future__ import annotations
 
 import json
+import os
 import sys
 from pathlib import Path
 from typing import Optional
@@ -197,6 +198,7 @@ def bench(
     json_path: Optional[Path] = typer.Option(None, "--json", help="Write the full result (and per-request records) here."),
 ) -> None:
     """Measure a running OpenAI-compatible server, like `vllm bench serve`."""
+    from autotuner.bench.client import ignored_proxy_note
     from autotuner.bench.runner import format_level, run_level_sync
     from autotuner.bench.workload import Workload
 
@@ -206,6 +208,9 @@ def bench(
     workload = Workload(endpoint=endpoints[endpoint], num_prompts=num_prompts, input_len=input_len,
                         output_len=output_len, seed=seed)
     rate = None if request_rate == float("inf") else request_rate
+    note = ignored_proxy_note(base_url, os.environ)
+    if note:
+        typer.echo(f"note: {note}", err=True)
     result, records = run_level_sync(base_url.rstrip("/"), model, workload, max_concurrency=max_concurrency,
                                      request_rate=rate, warmup_requests=num_warmups, seed=seed, timeout_s=timeout,
                                      workers=workers)

@@ -14,7 +14,8 @@ How the stream is read, and why:
   role-only first chat chunk and the empty finish chunk do not count. This is decided with one regex on
   the bytes instead of parsing every event as JSON (the hot path when a fast server streams thousands
   of tokens per second); only events that mention "usage" or "error" objects are parsed.
-- Every failure becomes data, never an exception: HTTP status >= 400 (status and a body snippet),
+- Every failure becomes data, never an exception: HTTP status >= 400 (status and a body snippet), a
+  redirect (3xx, never followed: `redirect_error` names the status, the Location and the option to fix),
   connection errors, the per-request timeout, an `{"error": ...}` event (vLLM, SGLang) or an `error:`
   event (llama-server) inside the stream, a body cut off mid-way.
 
@@ -24,8 +25,10 @@ This module must never print, retry a request, or decide what a record means (me
 from __future__ import annotations
 
 import asyncio
+import ipaddress
 import json
 import re
+from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field
 from time import perf_counter_ns
 from typing import Any, Literal
@@ -98,6 +101,13 @@ def _error_message(obj: Any) -> str | None:
     return None
 
 
+def redirect_error(status: int, location: str | None) -> str:
+    """A record's error for a 3xx: following it would measure two requests as one, so it is never followed."""
+    where = f" to {location}" if location else " (no Location)"
+    return (f"HTTP {status}: the server redirected{where}; the load generator does not follow redirects: "
+            f"point the base URL (autotuner bench --base-url) at the final address")
+
+
 def _has_text(choice: Any) -> bool:
     if not isinstance(choice, dict):
         return False
@@ -159,10 +169,13 @@ async def stream_request(
     try:
         async with asyncio.timeout(timeout_s):
             async with client.stream("POST", url, content=content, headers=_HEADERS) as response:
-                if response.status_code >= 400:
-                    raw = await response.aread()
+                if response.status_code >= 300:
+                    raw = await response.aread()  # read to the end: the connection can be reused
                     rec.end_ns = perf_counter_ns()
-                    rec.error = f"HTTP {response.status_code}: {_snippet(raw.decode(errors='replace'))}"
+                    if response.status_code < 400:
+                        rec.error = redirect_error(response.status_code, response.headers.get("location"))
+                    else:
+                        rec.error = f"HTTP {response.status_code}: {_snippet(raw.decode(errors='replace'))}"
                     return rec
                 buf = b""
                 timed = response.extensions.get(TIMED_STREAM_EXTENSION)
@@ -260,7 +273,16 @@ async def stream_request(
 # connection, a chunked decoder that handles a whole network read at once. It also stamps each read
 # with perf_counter_ns() as it comes off the socket, before any coroutine runs, and offers the stamped
 # reads to stream_request through the response extension TIMED_STREAM_EXTENSION.
-# https:// URLs go to httpx's own transport.
+# https:// URLs go to httpx's own transport. Interim 1xx responses are skipped.
+#
+# What the transport raises (stream_request turns each into a record's error):
+#   httpx.PoolTimeout        no connection slot freed in time
+#   httpx.ConnectTimeout, httpx.ConnectError
+#   httpx.ReadTimeout        no byte for the read timeout
+#   httpx.ReadError          the connection was reset mid-body
+#   httpx.RemoteProtocolError  a malformed status line, header line or Content-Length, a bad chunk,
+#                            a 101, a disconnect before the response or mid-body
+# Whatever it raises, the connection is closed and its slot given back.
 # --------------------------------------------------------------------------------------------------
 
 _MAX_HEAD_BYTES = 64 * 1024
@@ -427,6 +449,52 @@ class _ChunkedDecoder:
             raise _HttpProtocolError(f"bad chunk size line {line[:40]!r}") from None
 
 
+def _parse_head(head: bytes) -> tuple[int, bytes, list[tuple[bytes, bytes]], bytes]:
+    """(status, reason, headers, version) of a response head without its blank line."""
+    lines = head.split(b"\r\n")
+    version, _, rest = lines[0].partition(b" ")
+    status_text, _, reason = rest.partition(b" ")
+    # Strict: int() would also take "+200", " 200" or "2_00".
+    if not version.startswith(b"HTTP/1.") or len(status_text) != 3 or not status_text.isdigit():
+        raise _HttpProtocolError(f"bad status line {lines[0][:60]!r}")
+    headers = []
+    for line in lines[1:]:
+        k, sep, v = line.partition(b":")
+        if not sep or not k or k != k.strip():  # whitespace before the colon: RFC 9112 says reject
+            raise _HttpProtocolError(f"bad header line {line[:60]!r}")
+        headers.append((k, v.strip()))
+    return int(status_text), reason, headers, version
+
+
+def _framing(method: str, status: int, version: bytes,
+             headers: list[tuple[bytes, bytes]]) -> tuple[str, int, bool]:
+    """(framing, length, reusable) of a response body: framing is "chunked", "length" or "close"."""
+    framing, length, reusable = "close", 0, version == b"HTTP/1.1"
+    lengths = set()
+    for k, v in headers:
+        name = k.lower()
+        if name == b"transfer-encoding" and b"chunked" in v.lower():
+            framing = "chunked"
+        elif name == b"content-length":
+            lengths.update(part.strip() for part in v.split(b","))
+        elif name == b"connection":
+            if b"close" in v.lower():
+                reusable = False
+            elif b"keep-alive" in v.lower():
+                reusable = True
+    if lengths and framing != "chunked":
+        value = lengths.pop()
+        # Digits only (not "-1", "+5", "1_0"); copies must agree, or the body's end is unknowable.
+        if lengths or not value.isdigit():
+            raise _HttpProtocolError(f"bad Content-Length {b', '.join([value, *sorted(lengths)])[:60]!r}")
+        framing, length = "length", int(value)
+    if method == "HEAD" or status in (204, 304):
+        framing, length = "length", 0
+    if framing == "close":
+        reusable = False
+    return framing, length, reusable
+
+
 class _ResponseStream(httpx.AsyncByteStream):
     """The body of one response; gives its connection back to the pool when fully read and closed."""
 
@@ -559,13 +627,22 @@ class LoadgenTransport(httpx.AsyncBaseTransport):
                         continue  # the server had closed this idle connection: send once more, on a new one
                     raise httpx.RemoteProtocolError("server disconnected without sending a response",
                                                     request=request) from None
+            assert conn is not None
+            # Inside the try: a malformed head must close the connection and give its slot back.
+            return self._response(request, key, conn, status, reason, headers, body_pieces, version,
+                                  timeouts.get("read"))
+        except _HttpProtocolError as exc:
+            self._abandon(conn)
+            raise httpx.RemoteProtocolError(str(exc), request=request) from None
         except BaseException:  # including cancellation (the caller's timeout): leave nothing half-open
-            if conn is not None:
-                conn.close()
-            self._slots.release()
+            self._abandon(conn)
             raise
-        assert conn is not None
-        return self._response(request, key, conn, status, reason, headers, body_pieces, version, timeouts.get("read"))
+
+    def _abandon(self, conn: _Connection | None) -> None:
+        if conn is not None:
+            conn.close()
+        assert self._slots is not None
+        self._slots.release()
 
     @staticmethod
     def _request_head(request: httpx.Request) -> bytes:
@@ -592,64 +669,45 @@ class LoadgenTransport(httpx.AsyncBaseTransport):
         return conn, False
 
     async def _read_head(self, conn: _Connection, timeout_s: float | None, request: httpx.Request) -> Any:
+        """(body pieces, status, reason, headers, version) of the final response; 1xx ones are skipped."""
         buf = b""
+        pieces: list[tuple[int, bytes]] = []
+        started = False  # a byte of a response came: never send the request again
         while True:
-            try:
-                pieces = await conn.read(timeout_s)
-            except TimeoutError:
-                conn.close()
-                raise httpx.ReadTimeout("timed out waiting for the response", request=request) from None
             if not pieces:
-                if not buf:
-                    raise _ClosedBeforeResponse()
-                raise httpx.RemoteProtocolError("server disconnected in the middle of the response head",
-                                                request=request)
-            for i, (ns, data) in enumerate(pieces):
-                start = len(buf)
-                buf += data
-                end = buf.find(b"\r\n\r\n", max(0, start - 3))
-                if end < 0:
-                    continue
-                # Leftover of this piece and later pieces are body.
-                rest = pieces[i + 1 :]
-                body_start = buf[end + 4 :]
-                if body_start:
-                    rest.insert(0, (ns, body_start))
-                lines = buf[:end].split(b"\r\n")
                 try:
-                    version, status_text, *reason = lines[0].split(b" ", 2)
-                    status = int(status_text)
-                except ValueError:
-                    raise httpx.RemoteProtocolError(f"bad status line {lines[0][:60]!r}", request=request) from None
-                headers = []
-                for line in lines[1:]:
-                    k, sep, v = line.partition(b":")
-                    if not sep:
-                        raise httpx.RemoteProtocolError(f"bad header line {line[:60]!r}", request=request)
-                    headers.append((k.strip(), v.strip()))
-                return rest, status, (reason[0] if reason else b""), headers, version
-            if len(buf) > _MAX_HEAD_BYTES:
-                raise httpx.RemoteProtocolError("response head too large", request=request)
+                    pieces = await conn.read(timeout_s)
+                except TimeoutError:
+                    conn.close()
+                    raise httpx.ReadTimeout("timed out waiting for the response", request=request) from None
+                if not pieces:
+                    if not buf and not started:
+                        raise _ClosedBeforeResponse()
+                    raise httpx.RemoteProtocolError("server disconnected in the middle of the response head",
+                                                    request=request)
+            ns, data = pieces.pop(0)
+            started = True
+            start = len(buf)
+            buf += data
+            end = buf.find(b"\r\n\r\n", max(0, start - 3))
+            if end < 0:
+                if len(buf) > _MAX_HEAD_BYTES:
+                    raise httpx.RemoteProtocolError("response head too large", request=request)
+                continue
+            status, reason, headers, version = _parse_head(buf[:end])
+            if buf[end + 4 :]:
+                pieces.insert(0, (ns, buf[end + 4 :]))  # the rest of this piece, and later pieces, follow
+            buf = b""
+            if status == 101:
+                raise _HttpProtocolError("101 Switching Protocols, but no upgrade was asked for")
+            if status >= 200:
+                return pieces, status, reason, headers, version
+            # 1xx (100 Continue, 103 Early Hints): interim, no body; the final response follows.
 
     def _response(self, request: httpx.Request, key: tuple[str, int], conn: _Connection, status: int,
                   reason: bytes, headers: list[tuple[bytes, bytes]], pieces: list[tuple[int, bytes]],
                   version: bytes, timeout_s: float | None) -> httpx.Response:
-        framing, length, reusable = "close", 0, version == b"HTTP/1.1"
-        for k, v in headers:
-            name = k.lower()
-            if name == b"transfer-encoding" and b"chunked" in v.lower():
-                framing = "chunked"
-            elif name == b"content-length" and framing != "chunked":
-                framing, length = "length", int(v)
-            elif name == b"connection":
-                if b"close" in v.lower():
-                    reusable = False
-                elif b"keep-alive" in v.lower():
-                    reusable = True
-        if request.method == "HEAD" or status in (204, 304):
-            framing, length = "length", 0
-        if framing == "close":
-            reusable = False
+        framing, length, reusable = _framing(request.method, status, version, headers)
         stream = _ResponseStream(self, key, conn, pieces, framing, length, reusable, timeout_s, request)
         return httpx.Response(status, headers=headers, stream=stream,
                               extensions={"http_version": version, "reason_phrase": reason,
@@ -668,6 +726,57 @@ class LoadgenTransport(httpx.AsyncBaseTransport):
         self._idle.clear()
         if self._fallback is not None:
             await self._fallback.aclose()
+
+
+_PROXY_VARIABLES = {"http": ("http_proxy", "all_proxy"), "https": ("https_proxy", "all_proxy")}
+
+
+def ignored_proxy_note(base_url: str, environ: Mapping[str, str]) -> str | None:
+    """A note when the environment names a proxy for `base_url` that the load generator will not use.
+
+    It always connects directly: through a proxy it would measure the proxy as well. Loopback targets
+    (where a proxy is never meant) and hosts that NO_PROXY covers get no note.
+    """
+    url = httpx.URL(base_url)
+    host = url.host.lower()
+    if _is_loopback(host):
+        return None
+    found = None
+    for name in _PROXY_VARIABLES.get(url.scheme, ()):
+        for variable in (name, name.upper()):  # lowercase first, as curl and httpx read them
+            if environ.get(variable):
+                found = variable
+                break
+        if found:
+            break
+    if found is None or _no_proxy_covers(host, environ.get("no_proxy") or environ.get("NO_PROXY") or ""):
+        return None
+    return (f"{found} is set, but the load generator connects to {host} directly and ignores proxies "
+            f"(add {host} to NO_PROXY to silence this)")
+
+
+def _is_loopback(host: str) -> bool:
+    if host == "localhost" or host.endswith(".localhost"):
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
+
+
+def _no_proxy_covers(host: str, no_proxy: str) -> bool:
+    for entry in no_proxy.lower().split(","):
+        entry = entry.strip()
+        if entry.startswith("[") and "]" in entry:
+            entry = entry[1 : entry.index("]")]  # [::1]:8080
+        elif entry.count(":") == 1:
+            entry = entry.split(":")[0]  # host:port
+        if entry == "*":
+            return True
+        entry = entry.removeprefix("*").removeprefix(".")  # ".example.com", "*.example.com"
+        if entry and (host == entry or host.endswith("." + entry)):
+            return True
+    return False
 
 
 def make_client(max_connections: int = 100, timeout_s: float = 300.0, *, fast: bool = True) -> httpx.AsyncClient:
