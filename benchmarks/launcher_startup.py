@@ -18,13 +18,13 @@ import tempfile
 import time
 from pathlib import Path
 
-from autotuner.util import paths
 from autotuner.config import DockerConfig
 from autotuner.engines._base import LaunchContext
 from autotuner.engines.llamacpp import LlamaCppEngine
 from autotuner.launchers._base import free_port
 from autotuner.launchers.docker import DockerLauncher
 from autotuner.launchers.process import ProcessLauncher
+from autotuner.util import paths
 
 REPO = Path(__file__).resolve().parent.parent
 

@@ -15,13 +15,13 @@ import tempfile
 import time
 from pathlib import Path
 
-from autotuner.util import paths
 from autotuner.config import load_experiment
+from autotuner.core.driver import StudyDriver
+from autotuner.core.progress import Progress
 from autotuner.engines._base import get_engine
 from autotuner.launchers.process import ProcessLauncher
-from autotuner.core.progress import Progress
 from autotuner.tracking import MlflowTracker
-from autotuner.core.driver import StudyDriver
+from autotuner.util import paths
 
 REPO = Path(__file__).resolve().parent.parent
 ENGINE_PHASES = ("ready_s", "warmup_s", "measure_s", "stop_s")  # engine start, warmup, measurement, stop

@@ -76,7 +76,7 @@ class BoolParam(_Param):
     type: Literal["bool"]
 
 
-ParamSpec = Annotated[Union[IntParam, FloatParam, CategoricalParam, BoolParam], Field(discriminator="type")]
+ParamSpec = Annotated[IntParam | FloatParam | CategoricalParam | BoolParam, Field(discriminator="type")]
 
 
 def _check_range(low: float, high: float, log: bool) -> None:

@@ -27,26 +27,26 @@ from typing import Any
 import optuna
 from optuna.trial import TrialState
 
-from autotuner.core import record, stopping, winner
-from autotuner.node import host
-from autotuner.util import locks, secrets
 from autotuner.config import Experiment, recheck
-from autotuner.engines._base import Engine, LaunchSpec
+from autotuner.config.space import RandomSuggester, SearchSpace
+from autotuner.core import record, stopping, winner
+from autotuner.core.callbacks import StudyCallback
 from autotuner.core.executor import TrialExecutor, TrialResult
-from autotuner.util.interrupts import StopRequests
-from autotuner.launchers._base import Launcher, this_owner
 from autotuner.core.load_search import highest_passing, load_kind
 from autotuner.core.objective import meets, scored_index
-from autotuner.node.pool import Leases
 from autotuner.core.progress import Progress
 from autotuner.core.recovery import WORKER_ATTR, Heartbeat, recover_stale_trials
 from autotuner.core.sampling import FAILURE_CONSTRAINT
-from autotuner.config.space import RandomSuggester, SearchSpace
 from autotuner.core.study import best_trial, open_study, primary_value
 from autotuner.core.study import verdict as study_verdict
-from autotuner.tracking.artifacts import StudyArtifacts
-from autotuner.core.callbacks import StudyCallback
+from autotuner.engines._base import Engine, LaunchSpec
+from autotuner.launchers._base import Launcher, this_owner
+from autotuner.node import host
+from autotuner.node.pool import Leases
 from autotuner.tracking import MlflowStudyLog, MlflowTracker
+from autotuner.tracking.artifacts import StudyArtifacts
+from autotuner.util import locks, secrets
+from autotuner.util.interrupts import StopRequests
 
 MAX_REASKS = 20  # re-proposals of measured configs in a row before an unmeasured one is drawn at random
 # Failures that say the config cannot run here: final at once (the transient ones get one more launch).

@@ -10,7 +10,6 @@ same configuration back in the queue, so a rerun measures it again and every fin
 from __future__ import annotations
 
 import threading
-
 import warnings
 
 import optuna

@@ -8,17 +8,16 @@ from __future__ import annotations
 
 import warnings
 from pathlib import Path
-
 from typing import Any
 
 import optuna
 from optuna.trial import TrialState
 
-from autotuner.core import record, recovery, winner
-from autotuner.util import locks
 from autotuner.config import ConfigError, ExperimentConfig
+from autotuner.core import record, recovery, winner
 from autotuner.core.pruning import CeilingPruner
 from autotuner.core.sampling import FailureAwareSampler
+from autotuner.util import locks
 
 
 def make_sampler(name: str, seed: int | None) -> optuna.samplers.BaseSampler:

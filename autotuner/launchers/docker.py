@@ -39,10 +39,26 @@ from docker.types import DeviceRequest, Mount
 
 from autotuner.config import DockerConfig
 from autotuner.engines._base import Engine, LaunchContext, LaunchSpec
-from autotuner.launchers.docker_command import (Gpus, Mount, container_context, container_gpus, container_path,
-                                                docker_run_line, environment, mounts)
-from autotuner.launchers._base import (EngineExited, Handle, LaunchError, NotReady, owner_alive, tail, this_owner,
-                                       wait_healthy)
+from autotuner.launchers._base import (
+    EngineExited,
+    Handle,
+    LaunchError,
+    NotReady,
+    owner_alive,
+    tail,
+    this_owner,
+    wait_healthy,
+)
+from autotuner.launchers.docker_command import (
+    Gpus,
+    Mount,
+    container_context,
+    container_gpus,
+    container_path,
+    docker_run_line,
+    environment,
+    mounts,
+)
 
 OWNER_LABEL = "autotuner.owner"  # host:pid:start of the tuner that started the container
 

@@ -20,9 +20,9 @@ from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from autotuner.util import locks
 from autotuner.config import ConfigError, ExperimentConfig
 from autotuner.launchers._base import owner_alive, this_owner
+from autotuner.util import locks
 
 POLL_S = 0.5
 

@@ -25,10 +25,10 @@ from rich.console import Console
 from rich.table import Table
 
 from autotuner.core import record, winner
-from autotuner.report import diagnosis
 from autotuner.core.study import verdict as study_verdict
-from autotuner.util.files import write_atomically
 from autotuner.engines._base import Engine
+from autotuner.report import diagnosis
+from autotuner.util.files import write_atomically
 
 LATENCY_COLUMNS = ("ttft_ms_p99", "tpot_ms_p99", "e2e_ms_p99")
 LOW_IMPORTANCE = 0.05

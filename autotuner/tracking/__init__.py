@@ -32,8 +32,8 @@ from optuna.trial import FrozenTrial, TrialState
 from tenacity import Retrying, stop_after_attempt, wait_exponential
 
 from autotuner.core import record
-from autotuner.util import locks
 from autotuner.core.callbacks import Series, StudyCallback
+from autotuner.util import locks
 
 LEVEL_PREFIX = "level/"  # per-load-level series (step = level index); plain names hold the trial's result
 STUDY_TAG = "autotuner.study"

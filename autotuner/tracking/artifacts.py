@@ -16,8 +16,8 @@ from __future__ import annotations
 
 import json
 import time
-from pathlib import Path
 from collections.abc import Mapping
+from pathlib import Path
 from typing import Any
 
 import optuna
@@ -25,14 +25,14 @@ import yaml
 from optuna.trial import FrozenTrial
 
 from autotuner import report
-from autotuner.core import launch
-from autotuner.report import export, plots
 from autotuner.config import Experiment, FloatParam, IntParam
-from autotuner.util.secrets import Redactor
+from autotuner.core import launch
+from autotuner.core.callbacks import Series, StudyCallback
 from autotuner.core.study import best_trial, primary_value
 from autotuner.engines._base import Engine
-from autotuner.core.callbacks import Series, StudyCallback
+from autotuner.report import export, plots
 from autotuner.tracking import MlflowTracker
+from autotuner.util.secrets import Redactor
 
 
 def settings(exp: Experiment) -> dict[str, Any]:

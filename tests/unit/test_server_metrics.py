@@ -9,8 +9,15 @@ import time
 
 import pytest
 
-from autotuner.bench.server_metrics import (MetricsConnection, Sample, ServerMetricsSampler, canonical,
-                                            parse_prometheus, read_canonical, summarize)
+from autotuner.bench.server_metrics import (
+    MetricsConnection,
+    Sample,
+    ServerMetricsSampler,
+    canonical,
+    parse_prometheus,
+    read_canonical,
+    summarize,
+)
 
 LLAMACPP = """\
 # HELP llamacpp:prompt_tokens_total Number of prompt tokens processed, excluding cached tokens
