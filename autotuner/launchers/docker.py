@@ -35,7 +35,8 @@ from typing import Any
 
 import docker
 from docker.errors import APIError, DockerException, ImageNotFound, NotFound
-from docker.types import DeviceRequest, Mount
+from docker.types import DeviceRequest
+from docker.types import Mount as DockerMount
 
 from autotuner.config import DockerConfig
 from autotuner.engines._base import Engine, LaunchContext, LaunchSpec
@@ -198,7 +199,7 @@ class DockerLauncher:
             shm_size=self.settings.shm_size,
             mem_limit=self.settings.memory,
             memswap_limit=self.settings.memory,
-            mounts=[Mount(str(target), str(source), type="bind", read_only=ro) for source, target, ro in self.mounts],
+            mounts=[DockerMount(str(target), str(source), type="bind", read_only=ro) for source, target, ro in self.mounts],
             device_requests=_device_requests(container_gpus(spec, self.settings)),
             cpuset_cpus=",".join(map(str, spec.cpu_ids)) or None,
             init=True,
