@@ -99,7 +99,7 @@ def grid_configs(grid: dict[str, list[Any]] = GRID) -> list[dict[str, Any]]:
     """Every config of `grid`, as CSV columns (batch split into batch_size and ubatch_size)."""
     configs = []
     for values in itertools.product(*grid.values()):
-        point = dict(zip(grid, values))
+        point = dict(zip(grid, values, strict=False))
         b, ub = (int(x) for x in point.pop("batch").split("/"))
         configs.append({**point, "batch_size": b, "ubatch_size": ub})
     return configs

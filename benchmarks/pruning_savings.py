@@ -104,8 +104,8 @@ def main() -> None:
     print(f"\n{len(rows)} configs that start, levels {levels}, {args.seeds} orders; measurement time against no pruning")
     print(f"{'pruner':<14} {'seconds (median)':>17} {'saved: median [min, max]':>27} {'pruned':>7} {'same winner':>12}")
     for name, rs in runs.items():
-        saved = sorted(1 - r["seconds"] / b["seconds"] for r, b in zip(rs, base))
-        same = sum(r["winner"] == b["winner"] for r, b in zip(rs, base))
+        saved = sorted(1 - r["seconds"] / b["seconds"] for r, b in zip(rs, base, strict=False))
+        same = sum(r["winner"] == b["winner"] for r, b in zip(rs, base, strict=False))
         print(f"{name:<14} {statistics.median(r['seconds'] for r in rs):>17.1f} "
               f"{statistics.median(saved):>12.1%} [{saved[0]:+.1%}, {saved[-1]:+.1%}] "
               f"{statistics.median(r['pruned'] for r in rs):>7} {same:>7}/{len(rs)}")

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import re
 from pathlib import Path
-from typing import Annotated, Any, Literal, Union
+from typing import Annotated, Any, Literal
 
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
@@ -57,7 +57,7 @@ class FloatParam(_Param):
         return self
 
 
-Choice = Union[bool, int, float, str]
+Choice = bool | int | float | str
 
 
 class CategoricalParam(_Param):
@@ -272,7 +272,7 @@ class ObjectiveConfig(_Strict):
 
     def describe(self) -> str:
         """E.g. 'maximize output_tok_per_s, minimize ttft_ms_p99'."""
-        return ", ".join(f"{d} {m}" for d, m in zip(self.all_directions, self.names))
+        return ", ".join(f"{d} {m}" for d, m in zip(self.all_directions, self.names, strict=False))
 
     @field_validator("slo")
     @classmethod

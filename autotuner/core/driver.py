@@ -413,7 +413,7 @@ class StudyDriver:
                                 f"{result.failure_class}: {result.reason}" if result.failure_class else result.reason,
                                 self._best_so_far())
         if self.cfg.objective.multi and result.values:
-            progress.note("    " + ", ".join(f"{n} {v:,.1f}" for n, v in zip(self.cfg.objective.names, result.values))
+            progress.note("    " + ", ".join(f"{n} {v:,.1f}" for n, v in zip(self.cfg.objective.names, result.values, strict=False))
                           + f" · Pareto front: {len(self.study.best_trials)} trial(s)")
         if result.log_tail and result.failure_class != "infeasible":
             last = [line for line in result.log_tail.splitlines() if line.strip()][-3:]

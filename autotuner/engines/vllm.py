@@ -51,7 +51,7 @@ def parse_layout(value: str) -> dict[str, int]:
     m = _LAYOUT.fullmatch(str(value))
     if not m:
         raise EngineError(f"parallel_layout {value!r} is not of the form TP<n>[xPP<n>][xDP<n>] (e.g. TP4xPP2)")
-    return dict(zip(_SIZES, (int(g or 1) for g in m.groups())))
+    return dict(zip(_SIZES, (int(g or 1) for g in m.groups()), strict=False))
 
 
 class LayoutFlag(Flag):
@@ -63,7 +63,7 @@ class LayoutFlag(Flag):
         if not m:
             parse_layout(value)  # raises with the expected form
         args: list[str] = []
-        for name, size in zip(_SIZES, m.groups()):  # only the sizes the layout names
+        for name, size in zip(_SIZES, m.groups(), strict=False):  # only the sizes the layout names
             if size is not None:
                 args += [FLAGS[name].flag, size]  # type: ignore[list-item]
         return args

@@ -13,13 +13,12 @@ import shlex
 from collections.abc import Mapping, Sequence
 from dataclasses import replace
 from pathlib import Path, PurePosixPath
-from typing import Union
 
 from autotuner.config import DockerConfig
 from autotuner.engines._base import LaunchContext, LaunchSpec
 
 Mount = tuple[Path, PurePosixPath, bool]  # host source, container target, read-only
-Gpus = Union[str, int, Sequence[int | str], None]  # docker.gpus: "all", a count, device ids; None: no GPU
+Gpus = str | int | Sequence[int | str] | None  # docker.gpus: "all", a count, device ids; None: no GPU
 
 # A model path that is not on this machine (a GPU experiment read on a laptop) is a file only when it has
 # a known weights suffix: model folders are often named with dots (Llama-3.1-8B).

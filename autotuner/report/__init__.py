@@ -352,7 +352,7 @@ def _measured_as(s: StudySummary, row: TrialRow) -> str:
 
 def _objectives(s: StudySummary) -> str:
     return " against ".join(f"{m} ({'higher' if d == 'maximize' else 'lower'} is better)"
-                            for m, d in zip(s.metrics, s.directions))
+                            for m, d in zip(s.metrics, s.directions, strict=False))
 
 
 def front_lines(s: StudySummary, engine: Engine | None) -> tuple[list[str], list[list[str]]]:
@@ -526,7 +526,7 @@ def _render_front(summary: StudySummary, engine: Engine, console: Console) -> No
     console.print(verdict(summary), soft_wrap=True, markup=False, highlight=False)
     for row in summary.front:
         if row.command:
-            values = ", ".join(f"{m} {_fmt(v)}" for m, v in zip(summary.metrics, row.values))
+            values = ", ".join(f"{m} {_fmt(v)}" for m, v in zip(summary.metrics, row.values, strict=False))
             console.print(f"#{row.number} ({values}):", markup=False, highlight=False, soft_wrap=True)
             console.print(row.command, markup=False, highlight=False, soft_wrap=True)
 
@@ -551,7 +551,7 @@ def write_best(summary: StudySummary, command: str | None, folder: Path,
                    "gain_range": summary.gain_range, "confirmed": summary.confirmed, "flaky": summary.flaky,
                    "verdict": verdict(summary), "command": command})
     if summary.front:  # several objectives: the answer is the front; "best" is its best on the first metric
-        data["front"] = _clean([{"trial": r.number, "values": dict(zip(summary.metrics, r.values)),
+        data["front"] = _clean([{"trial": r.number, "values": dict(zip(summary.metrics, r.values, strict=False)),
                                  "params": r.params, "baseline": r.baseline, "command": r.command}
                                 for r in summary.front])
     write_atomically(path, json.dumps(data, indent=2))

@@ -105,7 +105,7 @@ def load_plateau(levels: Sequence[Mapping[str, Any]], metric: str) -> Plateau | 
     if len(usable) < 2:
         return None
     ordered = sorted(usable, key=_load)
-    for a, b in zip(ordered, ordered[1:]):
+    for a, b in zip(ordered, ordered[1:], strict=False):
         va, vb = float(a[metric]), float(b[metric])
         gain = (vb - va) / va if va > 0 else math.inf
         if gain < PLATEAU_GAIN:

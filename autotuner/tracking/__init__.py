@@ -307,7 +307,7 @@ class MlflowTracker:
         batch = [Metric(k, float(v), ts, step) for k, v, step, ts in points if v == v]  # NaN left out
         for i in range(0, len(batch), 1000):  # MLflow's limit per batch
             chunk = batch[i:i + 1000]
-            self._safe("server metrics", lambda: self.client.log_batch(run_id, metrics=chunk))
+            self._safe("server metrics", lambda chunk=chunk: self.client.log_batch(run_id, metrics=chunk))
 
     # --- helpers --------------------------------------------------------------------------------------
 

@@ -72,7 +72,7 @@ def resolved_experiment(exp: Experiment) -> str:
     """The experiment as the study ran it: paths resolved, the search space inlined (YAML)."""
     data = exp.config.model_dump(mode="json")
     data["model"]["path"] = str(exp.model_path)
-    for volume, config in zip((data.get("docker") or {}).get("volumes", []), getattr(exp.config.docker, "volumes", [])):
+    for volume, config in zip((data.get("docker") or {}).get("volumes", []), getattr(exp.config.docker, "volumes", []), strict=False):
         volume["host"] = str((exp.source.parent / config.host).resolve())  # read back, the file's folder is gone
     data["search_space"] = exp.space.model_dump(mode="json", exclude_defaults=True)
     return (f"# {exp.source} with paths resolved and {exp.space_path} inlined\n"

@@ -150,7 +150,7 @@ def test_sampler_polls_on_its_own_thread_and_splits_samples_by_level():
     assert any(s.boundary for s in first) and any(s.boundary for s in second)  # each level's start and end
     # Every poll is one sample, in order, each in exactly one level.
     assert [s.values["requests_running"] for s in first + second] == list(range(1, len(first) + len(second) + 1))
-    assert all(a.t_s < b.t_s for a, b in zip(first, first[1:]))
+    assert all(a.t_s < b.t_s for a, b in zip(first, first[1:], strict=False))
     out = summarize(second, "vllm")
     # The counter's increase runs from the level's first (boundary) sample to its last.
     assert out["server_generation_tokens"] == 10 * (len(second) - 1)
