@@ -23,31 +23,57 @@ def _fail(message: str) -> None:
 
 @app.command()
 def run(
-    experiment: Path = typer.Option(Path("experiments/quickstart.yaml"), "--experiment", "-e",
-                                    help="Experiment file (YAML)."),
+    experiment: Path = typer.Option(
+        Path("experiments/quickstart.yaml"), "--experiment", "-e", help="Experiment file (YAML)."
+    ),
     trials: int = typer.Option(20, "--trials", "-n", min=1, help="Trials to run in this invocation (more, on resume)."),
-    timeout: float | None = typer.Option(None, "--timeout", min=1, help="Stop starting trials after this many seconds."),
+    timeout: float | None = typer.Option(
+        None, "--timeout", min=1, help="Stop starting trials after this many seconds."
+    ),
     target: float | None = typer.Option(None, "--target", help="End the study once the objective reaches this value."),
-    patience: int | None = typer.Option(None, "--patience", min=1,
-                                           help="End the study when the best has not improved beyond noise for this many trials."),
-    max_trials: int | None = typer.Option(None, "--max-trials", min=1, help="End the study once it holds this "
-                                             "many trials, over every worker on it (--trials: this invocation's)."),
+    patience: int | None = typer.Option(
+        None,
+        "--patience",
+        min=1,
+        help="End the study when the best has not improved beyond noise for this many trials.",
+    ),
+    max_trials: int | None = typer.Option(
+        None,
+        "--max-trials",
+        min=1,
+        help="End the study once it holds this many trials, over every worker on it (--trials: this invocation's).",
+    ),
     storage: str | None = typer.Option(None, "--storage", help="Optuna storage URL (overrides the experiment)."),
-    seed: int | None = typer.Option(None, "--seed", help="Sampler seed (overrides the experiment); give each "
-                                       "machine's worker on one study its own."),
-    tracking_uri: str | None = typer.Option(None, "--tracking-uri", envvar="MLFLOW_TRACKING_URI",
-                                               help="MLflow tracking URI (default: local store under mlruns/)."),
+    seed: int | None = typer.Option(
+        None, "--seed", help="Sampler seed (overrides the experiment); give each machine's worker on one study its own."
+    ),
+    tracking_uri: str | None = typer.Option(
+        None,
+        "--tracking-uri",
+        envvar="MLFLOW_TRACKING_URI",
+        help="MLflow tracking URI (default: local store under mlruns/).",
+    ),
     results: Path = typer.Option(Path("results"), "--results", help="Folder for server logs and the best config."),
-    dry_run: bool = typer.Option(False, "--dry-run", help="Print the launch commands of the first --trials sampled "
-                                 "configs (docker run lines for launcher docker) and the rule each infeasible one "
-                                 "breaks; start nothing, write nothing."),
-    parallel: int = typer.Option(1, "--parallel", "-j", min=1,
-                                 help="Trials side by side on this node, each on its own GPUs (or CPU cores)."),
-    gpus: str | None = typer.Option(None, "--gpus", help="GPU ids the trials share, e.g. 0,1,2,3 "
-                                       "(default: 0 to hardware.gpus-1)."),
+    dry_run: bool = typer.Option(
+        False,
+        "--dry-run",
+        help="Print the launch commands of the first --trials sampled "
+        "configs (docker run lines for launcher docker) and the rule each infeasible one "
+        "breaks; start nothing, write nothing.",
+    ),
+    parallel: int = typer.Option(
+        1, "--parallel", "-j", min=1, help="Trials side by side on this node, each on its own GPUs (or CPU cores)."
+    ),
+    gpus: str | None = typer.Option(
+        None, "--gpus", help="GPU ids the trials share, e.g. 0,1,2,3 (default: 0 to hardware.gpus-1)."
+    ),
     worker: str | None = typer.Option(None, "--worker", hidden=True, help="Set by --parallel for its workers."),
-    verbose: bool = typer.Option(False, "--verbose", help="Show the libraries' own log lines (MLflow, Optuna, ...) "
-                                 "here too; by default they go to results/<study>/autotuner.log."),
+    verbose: bool = typer.Option(
+        False,
+        "--verbose",
+        help="Show the libraries' own log lines (MLflow, Optuna, ...) "
+        "here too; by default they go to results/<study>/autotuner.log.",
+    ),
 ) -> None:
     """Tune the engine of an experiment: an Optuna study, resumed when it already exists.
 
@@ -81,8 +107,18 @@ def run(
     if parallel > 1 and worker is None:
         from autotuner.node.workers import run_workers
 
-        options = {"--storage": storage, "--seed": seed, "--max-trials": max_trials, "--tracking-uri": tracking_uri, "--target": target, "--patience": patience,
-                   "--timeout": timeout, "--gpus": gpus, "--results": results, "--parallel": parallel}
+        options = {
+            "--storage": storage,
+            "--seed": seed,
+            "--max-trials": max_trials,
+            "--tracking-uri": tracking_uri,
+            "--target": target,
+            "--patience": patience,
+            "--timeout": timeout,
+            "--gpus": gpus,
+            "--results": results,
+            "--parallel": parallel,
+        }
         given = [str(x) for k, v in options.items() if v is not None for x in (k, v)] + ["--verbose"] * verbose
         code = run_workers(lambda name, n: [sys.executable, "-m", "autotuner.cli", "run", "--experiment",
                                             str(experiment), "--trials", str(n), "--worker", name, *given],
@@ -185,9 +221,13 @@ def bench(
     model: str = typer.Option(..., "--model", help="Model name the server serves."),
     endpoint: str = typer.Option("/v1/completions", "--endpoint", help="/v1/completions or /v1/chat/completions"),
     max_concurrency: int | None = typer.Option(None, "--max-concurrency", min=1, help="Requests in flight at most."),
-    request_rate: float = typer.Option(float("inf"), "--request-rate", help="Poisson arrivals per second (inf: all at once)."),
+    request_rate: float = typer.Option(
+        float("inf"), "--request-rate", help="Poisson arrivals per second (inf: all at once)."
+    ),
     num_prompts: int = typer.Option(100, "--num-prompts", min=1, help="Measured requests."),
-    input_len: int = typer.Option(128, "--random-input-len", min=1, help="Prompt length in words (about one token each)."),
+    input_len: int = typer.Option(
+        128, "--random-input-len", min=1, help="Prompt length in words (about one token each)."
+    ),
     output_len: int = typer.Option(128, "--random-output-len", min=1, help="Tokens to generate per request."),
     num_warmups: int = typer.Option(0, "--num-warmups", min=0, help="Unmeasured requests sent first."),
     seed: int = typer.Option(0, "--seed", help="Seed for prompts and arrival times."),

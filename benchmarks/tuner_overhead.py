@@ -67,7 +67,10 @@ def main() -> None:
         if trial.state.name == "COMPLETE":
             shares.append(share)
             overheads.append(overhead)
-        print(f"{trial.number:>5} {trial.state.name:>8} {total:>8.2f} {engine:>9.2f} {overhead * 1000:>12.1f} {share:>7.2%}")
+        print(
+            f"{trial.number:>5} {trial.state.name:>8} {total:>8.2f} {engine:>9.2f} "
+            f"{overhead * 1000:>12.1f} {share:>7.2%}"
+        )
     if shares:
         print(f"\nmedian overhead {statistics.median(overheads) * 1000:.1f} ms per trial = "
               f"{statistics.median(shares):.2%} of a trial (target: under 1%)")

@@ -69,7 +69,9 @@ def _plan(base_url: str, model: str, workload: Workload, *, max_concurrency: int
     warmup: tuple[bytes, ...] = ()
     if warmup_requests:
         # Prompts no measured request sends: no prefix-cache head start (workload.warmup_workload).
-        warmup = tuple(json.dumps(p).encode() for p in build_payloads(warmup_workload(workload, warmup_requests), model))
+        warmup = tuple(
+            json.dumps(p).encode() for p in build_payloads(warmup_workload(workload, warmup_requests), model)
+        )
     return _Plan(url=base_url.rstrip("/") + workload.path, endpoint=workload.endpoint, bodies=bodies,
                  warmup_bodies=warmup, max_concurrency=max_concurrency, request_rate=request_rate, seed=seed,
                  timeout_s=timeout_s)

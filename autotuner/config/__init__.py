@@ -196,7 +196,9 @@ class LoadConfig(_Strict):
             name = self.search.kind.replace("max_", "").replace("_", " ")
             return (f"search for the highest {name} meeting the SLO in [{low[self.search.kind]:g}, "
                     f"{high[self.search.kind]:g}], at most {self.search.steps} levels")
-        return ", ".join(f"{k.replace('max_', '').replace('_', ' ')} {v:g}" for lv in self.levels() for k, v in lv.items())
+        return ", ".join(
+            f"{k.replace('max_', '').replace('_', ' ')} {v:g}" for lv in self.levels() for k, v in lv.items()
+        )
 
 
 def measured_metrics() -> frozenset[str]:

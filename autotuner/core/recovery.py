@@ -1,10 +1,11 @@
 """Losing nothing when a tuner dies: who runs a trial, heartbeats, and failing-and-retrying the trials
 of a tuner that is gone.
 
-A RUNNING trial records its worker (`host:pid:start`, as the launchers record an engine's owner). When a study is opened, a RUNNING trial whose worker
-was on this host and no longer runs (a SIGKILLed tuner) is failed at once; a worker on another host is
-judged by Optuna's heartbeat (its grace period). Either way Optuna's RetryFailedTrialCallback puts the
-same configuration back in the queue, so a rerun measures it again and every finished trial stays.
+A RUNNING trial records its worker (`host:pid:start`, as the launchers record an engine's owner). When a
+study is opened, a RUNNING trial whose worker was on this host and no longer runs (a SIGKILLed tuner) is
+failed at once; a worker on another host is judged by Optuna's heartbeat (its grace period). Either way
+Optuna's RetryFailedTrialCallback puts the same configuration back in the queue, so a rerun measures it
+again and every finished trial stays.
 """
 
 from __future__ import annotations

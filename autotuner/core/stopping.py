@@ -93,7 +93,9 @@ def _hypervolume(points: Sequence[Sequence[float]], frame: Sequence[Sequence[flo
     from optuna._hypervolume import compute_hypervolume  # Optuna's own (WFG); private but long stable
 
     def losses(ps: Sequence[Sequence[float]]) -> np.ndarray:  # Optuna's hypervolume minimizes every axis
-        return np.array([[v if d == "minimize" else -v for v, d in zip(p, directions, strict=False)] for p in ps], dtype=float)
+        return np.array(
+            [[v if d == "minimize" else -v for v, d in zip(p, directions, strict=False)] for p in ps], dtype=float
+        )
 
     all_losses = losses(frame)
     worst, best = all_losses.max(axis=0), all_losses.min(axis=0)

@@ -199,16 +199,25 @@ class DockerLauncher:
             shm_size=self.settings.shm_size,
             mem_limit=self.settings.memory,
             memswap_limit=self.settings.memory,
-            mounts=[DockerMount(str(target), str(source), type="bind", read_only=ro) for source, target, ro in self.mounts],
+            mounts=[
+                DockerMount(str(target), str(source), type="bind", read_only=ro) for source, target, ro in self.mounts
+            ],
             device_requests=_device_requests(container_gpus(spec, self.settings)),
             cpuset_cpus=",".join(map(str, spec.cpu_ids)) or None,
             init=True,
         )
         try:
             created = api.create_container(
-                self.settings.image, entrypoint=spec.argv[:1], command=spec.argv[1:], environment=env, labels={**labels, OWNER_LABEL: self.owner},
-                ports=None if self.settings.network_host else [port], host_config=host_config,
-                stop_timeout=self.settings.stop_timeout_s, detach=True)
+                self.settings.image,
+                entrypoint=spec.argv[:1],
+                command=spec.argv[1:],
+                environment=env,
+                labels={**labels, OWNER_LABEL: self.owner},
+                ports=None if self.settings.network_host else [port],
+                host_config=host_config,
+                stop_timeout=self.settings.stop_timeout_s,
+                detach=True,
+            )
         except APIError as e:
             raise LaunchError(f"docker could not create the container: {_explain(e)}") from None
         container = self.client.containers.get(created["Id"])

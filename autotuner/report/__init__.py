@@ -438,10 +438,14 @@ def to_markdown(s: StudySummary, engine: Engine | None = None, command: str | No
             lat = " | ".join(_fmt(r.metrics.get(c)) for c in LATENCY_COLUMNS)
             out.append(f"| #{r.number} | {r.median:,.1f} | {_spread_text(r)} | {lat} | {r.limit} | "
                        f"`{config_text(r, engine)}` |")
-        out += ["", "spread: ± is how much the rate moved within the measurement (coefficient of variation "
-                "over time windows); n=k: the confirmation round's k launches (interleaved with the baseline) and their "
-                "range; flaky: a confirmation launch failed. Rows with n=k are ranked by median, the rest by their "
-                "single measurement.", ""]
+        out += [
+            "",
+            "spread: ± is how much the rate moved within the measurement (coefficient of variation "
+            "over time windows); n=k: the confirmation round's k launches (interleaved with the baseline) and their "
+            "range; flaky: a confirmation launch failed. Rows with n=k are ranked by median, the rest by their "
+            "single measurement.",
+            "",
+        ]
         out += ["## Limits and plateaus", ""]
         for r in s.top:
             out.append(f"- #{r.number}: {r.limit}: {r.limit_why}" + (f"; {r.plateau}" if r.plateau else ""))

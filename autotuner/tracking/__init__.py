@@ -19,6 +19,7 @@ server log, requests.jsonl, server_metrics.jsonl, bench.json, the resolved exper
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 import time
@@ -71,9 +72,14 @@ def trial_record(trial: FrozenTrial, artifact_dir: Path, metric: str, direction:
         status = "KILLED"
     levels = list(attrs.get("levels") or [])
     timings = attrs.get("timings") or {}
-    tags = {**common_tags, "autotuner.trial": str(trial.number), "autotuner.state": state,
-            "autotuner.failure_class": failure or "", "autotuner.failure_reason": (attrs.get("failure_reason") or "")[:5000],
-            "autotuner.baseline": str(bool(attrs.get("baseline"))).lower()}
+    tags = {
+        **common_tags,
+        "autotuner.trial": str(trial.number),
+        "autotuner.state": state,
+        "autotuner.failure_class": failure or "",
+        "autotuner.failure_reason": (attrs.get("failure_reason") or "")[:5000],
+        "autotuner.baseline": str(bool(attrs.get("baseline"))).lower(),
+    }
     if attrs.get("engine_version"):
         tags["autotuner.engine_version"] = attrs["engine_version"]
     if attrs.get("reused_from") is not None:
@@ -307,7 +313,7 @@ class MlflowTracker:
         batch = [Metric(k, float(v), ts, step) for k, v, step, ts in points if v == v]  # NaN left out
         for i in range(0, len(batch), 1000):  # MLflow's limit per batch
             chunk = batch[i:i + 1000]
-            self._safe("server metrics", lambda chunk=chunk: self.client.log_batch(run_id, metrics=chunk))
+            self._safe("server metrics", functools.partial(self.client.log_batch, run_id, metrics=chunk))
 
     # --- helpers --------------------------------------------------------------------------------------
 
@@ -401,5 +407,7 @@ class MlflowStudyLog(StudyCallback):
         """Log to MLflow what it missed while it was unreachable (the Optuna storage is the truth)."""
         if self.study is None or not (force or self.tracker.missed):
             return
-        finished = self.study.get_trials(deepcopy=False, states=(TrialState.COMPLETE, TrialState.FAIL, TrialState.PRUNED))
+        finished = self.study.get_trials(
+            deepcopy=False, states=(TrialState.COMPLETE, TrialState.FAIL, TrialState.PRUNED)
+        )
         self.tracker.backfill([self.record(t) for t in finished], force=force)

@@ -55,7 +55,9 @@ def settings(exp: Experiment) -> dict[str, Any]:
 
 
 def bounds(exp: Experiment) -> dict[str, tuple[float, float]]:
-    return {n: (float(p.low), float(p.high)) for n, p in exp.space.params.items() if isinstance(p, (IntParam, FloatParam))}
+    return {
+        n: (float(p.low), float(p.high)) for n, p in exp.space.params.items() if isinstance(p, (IntParam, FloatParam))
+    }
 
 
 def target(exp: Experiment) -> float | None:
@@ -72,7 +74,9 @@ def resolved_experiment(exp: Experiment) -> str:
     """The experiment as the study ran it: paths resolved, the search space inlined (YAML)."""
     data = exp.config.model_dump(mode="json")
     data["model"]["path"] = str(exp.model_path)
-    for volume, config in zip((data.get("docker") or {}).get("volumes", []), getattr(exp.config.docker, "volumes", []), strict=False):
+    for volume, config in zip(
+        (data.get("docker") or {}).get("volumes", []), getattr(exp.config.docker, "volumes", []), strict=False
+    ):
         volume["host"] = str((exp.source.parent / config.host).resolve())  # read back, the file's folder is gone
     data["search_space"] = exp.space.model_dump(mode="json", exclude_defaults=True)
     return (f"# {exp.source} with paths resolved and {exp.space_path} inlined\n"
@@ -224,7 +228,9 @@ def experiment_from_text(text: str, source: str) -> Experiment:
                       space_path=Path(source))
 
 
-def open_existing(exp: Experiment | None, storage: str | None, study_name: str | None) -> tuple[optuna.Study, Experiment]:
+def open_existing(
+    exp: Experiment | None, storage: str | None, study_name: str | None
+) -> tuple[optuna.Study, Experiment]:
     """The study to report on: by `storage` and `study_name`, defaulting to the experiment's. The
     experiment is the one the study recorded when it has one, else `exp`. Raises ConfigError."""
     from autotuner.config import ConfigError
