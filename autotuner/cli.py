@@ -9,14 +9,18 @@ from __future__ import annotations
 import json
 import sys
 from pathlib import Path
+from typing import TYPE_CHECKING, Literal, NoReturn, cast
 
 import typer
+
+if TYPE_CHECKING:
+    from autotuner.launchers.docker import DockerLauncher
 
 app = typer.Typer(add_completion=False, no_args_is_help=True, pretty_exceptions_enable=False,
                   help="Find the fastest configuration of an LLM inference server, automatically.")
 
 
-def _fail(message: str) -> None:
+def _fail(message: str) -> NoReturn:
     typer.echo(f"error: {message}", err=True)
     raise typer.Exit(2)
 
@@ -197,7 +201,7 @@ def _make_tuner(exp, tracking_uri: str | None, results: Path, pool=None, worker:
     launcher = make_launcher(exp, progress=lambda line: typer.echo(line, err=True))
     engine_version = None
     if cfg.launcher == "docker":  # the engine that runs is the image's, not a host binary
-        engine_version = launcher.engine_version(engine, {"autotuner.study": cfg.study_name})
+        engine_version = cast("DockerLauncher", launcher).engine_version(engine, {"autotuner.study": cfg.study_name})
     tracker = MlflowTracker(tracking_uri or cfg.tracking.uri)
     from autotuner.core.progress import Progress
 
@@ -239,7 +243,8 @@ def bench(
     from autotuner.bench.runner import format_level, run_level_sync
     from autotuner.bench.workload import Workload
 
-    endpoints = {"/v1/completions": "completions", "/v1/chat/completions": "chat"}
+    endpoints: dict[str, Literal["completions", "chat"]] = {"/v1/completions": "completions",
+                                                            "/v1/chat/completions": "chat"}
     if endpoint not in endpoints:
         _fail(f"--endpoint: expected one of {', '.join(endpoints)} (got {endpoint!r})")
     workload = Workload(endpoint=endpoints[endpoint], num_prompts=num_prompts, input_len=input_len,
@@ -408,4 +413,4 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    main()

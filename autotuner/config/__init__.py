@@ -269,7 +269,7 @@ class ObjectiveConfig(_Strict):
         return list(self.metrics or [self.metric])
 
     @property
-    def all_directions(self) -> list[str]:
+    def all_directions(self) -> list[Literal["minimize", "maximize"]]:
         return list(self.directions or [self.direction])
 
     def describe(self) -> str:

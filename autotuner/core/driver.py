@@ -22,7 +22,7 @@ import time
 import warnings
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import optuna
 from optuna.trial import TrialState
@@ -197,7 +197,7 @@ class StudyDriver:
         for t in self.study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,)):
             if t.user_attrs.get("reused_from") is None and t.values:
                 key = json.dumps([bool(t.user_attrs.get("baseline")), t.params], sort_keys=True)
-                groups.setdefault(key, []).append(primary_value(t))
+                groups.setdefault(key, []).append(t.values[0])  # primary_value(t); t.values is not empty
         for number, values in (self.study.user_attrs.get("confirmation") or {}).items():
             trial = self.study.trials[int(number)]
             key = json.dumps([bool(trial.user_attrs.get("baseline")), trial.params], sort_keys=True)
@@ -514,7 +514,7 @@ class StudyDriver:
         else:
             best = best_trial(self.study)
             if best is not None:
-                metrics[f"best_{self.cfg.objective.metric}"] = primary_value(best)
+                metrics[f"best_{self.cfg.objective.metric}"] = cast(float, primary_value(best))  # completed: has values
                 metrics["best_trial"] = best.number
             metrics["pareto_front_size"] = len(self.study.best_trials)
         return metrics

@@ -269,7 +269,7 @@ class TrialExecutor:
         spec = launch.launch_spec(self.exp, self.engine, params, port=port, binary=self.binary,
                                   view=self.launcher.context, secrets=self.secrets)
         if units and self.pool is not None:
-            spec = replace(spec, **{"gpu_ids" if self.pool.pool.kind == "gpu" else "cpu_ids": units})
+            spec = replace(spec, gpu_ids=units) if self.pool.pool.kind == "gpu" else replace(spec, cpu_ids=units)
         return spec
 
     def _lease(self, params: dict[str, Any], label: str, progress: Progress) -> tuple[int, ...]:

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import threading
 import warnings
+from typing import Any
 
 import optuna
 from optuna.trial import TrialState
@@ -78,7 +79,7 @@ class Heartbeat:
     """Records a trial's heartbeat every HEARTBEAT_INTERVAL_S while the trial runs (a daemon thread)."""
 
     def __init__(self, study: optuna.Study, trial: optuna.Trial):
-        self._storage = study._storage
+        self._storage: Any = study._storage  # record_heartbeat: on heartbeat storages only (_heartbeat_enabled)
         self._trial_id = trial._trial_id
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None

@@ -15,6 +15,7 @@ from __future__ import annotations
 import statistics
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 
 @dataclass(frozen=True)
@@ -23,7 +24,7 @@ class StopDecision:
     message: str
 
 
-def relative_noise(repeats: Mapping[object, Sequence[float]]) -> float | None:
+def relative_noise(repeats: Mapping[Any, Sequence[float]]) -> float | None:
     """Median over configurations of (max - min) / median of their repeated values; None without repeats."""
     spreads = [(max(v) - min(v)) / statistics.median(v) for v in repeats.values()
                if len(v) >= 2 and statistics.median(v) > 0]

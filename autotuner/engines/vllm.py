@@ -62,6 +62,7 @@ class LayoutFlag(Flag):
         m = _LAYOUT.fullmatch(str(value))
         if not m:
             parse_layout(value)  # raises with the expected form
+            raise AssertionError(f"parse_layout accepted {value!r}")  # unreachable
         args: list[str] = []
         for name, size in zip(_SIZES, m.groups(), strict=False):  # only the sizes the layout names
             if size is not None:
@@ -310,10 +311,10 @@ def _parse_engine_args(args: list[str] | tuple[str, ...]) -> dict[str, Any]:
             name, value = switches[key]
             values[name] = value
         elif key in by_flag:
-            value = inline if inline else (args[i + 1] if i + 1 < len(args) else None)
+            given = inline if inline else (args[i + 1] if i + 1 < len(args) else None)
             if not inline:
                 i += 1
-            values[by_flag[key]] = _number(value)
+            values[by_flag[key]] = _number(given)
         i += 1
     return values
 

@@ -101,8 +101,8 @@ def docker_run_argv(settings: DockerConfig, mounted: Sequence[Mount], spec: Laun
         argv += ["--cpuset-cpus", ",".join(map(str, spec.cpu_ids))]
     for source, target, read_only in mounted:
         argv += ["-v", f"{source}:{target}" + (":ro" if read_only else "")]
-    for key, value in sorted(environment(spec, settings).items()):
-        argv += ["-e", key if value is None else f"{key}={value}"]
+    for name, env_value in sorted(environment(spec, settings).items()):
+        argv += ["-e", name if env_value is None else f"{name}={env_value}"]
     return argv + ["--stop-timeout", str(settings.stop_timeout_s), "--entrypoint", spec.argv[0],
                    image or settings.image, *spec.argv[1:]]
 

@@ -523,8 +523,8 @@ def _render_front(summary: StudySummary, engine: Engine, console: Console) -> No
     table = Table(title=f"Pareto front of study '{summary.study_name}'")
     for name in header:
         table.add_column(name, justify="left" if name == "config" else "right", overflow="fold")
-    for row in rows:
-        table.add_row(*row)
+    for cells in rows:
+        table.add_row(*cells)
     console.print(table)
     _render_outcomes(summary, console)
     console.print(verdict(summary), soft_wrap=True, markup=False, highlight=False)

@@ -191,6 +191,7 @@ class MlflowTracker:
             self.parent_run_id = found[0].info.run_id
             self.client.update_run(self.parent_run_id, status="RUNNING")
             return self.parent_run_id
+        assert self.experiment_id is not None  # created or found above
         run = self.client.create_run(self.experiment_id, run_name=study_name,
                                      tags={ROLE_TAG: "study", STUDY_TAG: study_name, **tags})
         # Workers starting at once may each create one: all keep the oldest, the others delete theirs.
@@ -204,6 +205,7 @@ class MlflowTracker:
 
     def _parent_runs(self, study_name: str) -> list[Any]:
         """The study's parent runs, oldest first (ties: by run id, so every worker picks the same)."""
+        assert self.experiment_id is not None  # set by start_study
         runs = self.client.search_runs(
             [self.experiment_id], filter_string=f"tags.`{ROLE_TAG}` = 'study' and tags.`{STUDY_TAG}` = '{study_name}'",
             max_results=100)
@@ -213,6 +215,7 @@ class MlflowTracker:
         query = f"tags.`mlflow.parentRunId` = '{self.parent_run_id}'"
         if status:
             query += f" and attributes.status = '{status}'"
+        assert self.experiment_id is not None  # set by start_study
         runs, token = [], None
         while True:
             page = self.client.search_runs([self.experiment_id], filter_string=query, max_results=1000,

@@ -18,7 +18,7 @@ import json
 import time
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import optuna
 import yaml
@@ -153,7 +153,7 @@ class StudyArtifacts(StudyCallback):
         best = best_trial(self.study)
         finished = [t.number for t in self.study.get_trials(deepcopy=False) if t.state.is_finished()]
         if best is not None and finished and self.tracker.parent_run_id:
-            metrics = {f"best_so_far_{metric}": primary_value(best)}
+            metrics = {f"best_so_far_{metric}": cast(float, primary_value(best))}  # a completed trial: has values
             if self.exp.config.objective.multi:
                 metrics["pareto_front_size"] = len(self.study.best_trials)
             self.tracker.log_step(self.tracker.parent_run_id, max(finished), metrics)
