@@ -282,7 +282,7 @@ def make_model(
     out.parent.mkdir(parents=True, exist_ok=True)
     typer.echo(f"writing {out} ({size})", err=True)
     try:
-        write_tiny_llama_gguf(out, size=size, seed=seed)  # type: ignore[arg-type]
+        write_tiny_llama_gguf(out, size=size, seed=seed)  # type: ignore[arg-type]  # typer gives str; the choices are checked
     except MissingExtra as e:
         _fail(str(e))
     typer.echo(str(out))

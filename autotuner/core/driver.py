@@ -523,7 +523,7 @@ class StudyDriver:
         """The winner by the one rule (provisional until confirmed), for the progress line."""
         if self.cfg.objective.multi:
             best = best_trial(self.study)
-            return (best.number, primary_value(best)) if best else None  # type: ignore[return-value]
+            return (best.number, primary_value(best)) if best else None  # type: ignore[return-value]  # a completed trial: has values
         v = study_verdict(self.study)
         return (v.winner.number, v.value) if v.winner is not None and v.value is not None else None
 

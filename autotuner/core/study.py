@@ -107,7 +107,7 @@ def candidates(study: optuna.Study) -> list[winner.Candidate]:
     for same in by_config.values():
         first = same[0]
         confirmed = [v for t in same for v in confirmations.get(t.number, [])]
-        out.append(winner.Candidate(first.number, first.value, first.baseline, tuple(confirmed)))  # type: ignore[arg-type]
+        out.append(winner.Candidate(first.number, first.value, first.baseline, tuple(confirmed)))  # type: ignore[arg-type]  # complete trials: value set
     return out
 
 

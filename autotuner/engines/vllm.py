@@ -66,7 +66,7 @@ class LayoutFlag(Flag):
         args: list[str] = []
         for name, size in zip(_SIZES, m.groups(), strict=False):  # only the sizes the layout names
             if size is not None:
-                args += [FLAGS[name].flag, size]  # type: ignore[list-item]
+                args += [FLAGS[name].flag, size]  # type: ignore[list-item]  # layout params all have a flag
         return args
 
 

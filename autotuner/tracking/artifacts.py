@@ -245,7 +245,7 @@ def open_existing(
     except KeyError:
         try:
             names = [s.study_name for s in optuna.get_all_study_summaries(storage)]
-        except Exception:  # noqa: BLE001
+        except Exception:  # noqa: BLE001 - the names only decorate the error below
             names = []
         raise ConfigError(f"no study '{name}' in {storage} (studies: {', '.join(names) or 'none'})") from None
     except Exception as e:  # noqa: BLE001 - SQLAlchemy errors for unreadable storages
