@@ -10,46 +10,75 @@ import json
 import os
 import sys
 from pathlib import Path
-from typing import Optional
+from typing import TYPE_CHECKING, Literal, NoReturn, cast
 
 import typer
+
+if TYPE_CHECKING:
+    from autotuner.launchers.docker import DockerLauncher
 
 app = typer.Typer(add_completion=False, no_args_is_help=True, pretty_exceptions_enable=False,
                   help="Find the fastest configuration of an LLM inference server, automatically.")
 
 
-def _fail(message: str) -> None:
+def _fail(message: str) -> NoReturn:
     typer.echo(f"error: {message}", err=True)
     raise typer.Exit(2)
 
 
 @app.command()
 def run(
-    experiment: Path = typer.Option(Path("experiments/quickstart.yaml"), "--experiment", "-e",
-                                    help="Experiment file (YAML)."),
+    experiment: Path = typer.Option(
+        Path("experiments/quickstart.yaml"), "--experiment", "-e", help="Experiment file (YAML)."
+    ),
     trials: int = typer.Option(20, "--trials", "-n", min=1, help="Trials to run in this invocation (more, on resume)."),
-    timeout: Optional[float] = typer.Option(None, "--timeout", min=1, help="Stop starting trials after this many seconds."),
-    target: Optional[float] = typer.Option(None, "--target", help="End the study once the objective reaches this value."),
-    patience: Optional[int] = typer.Option(None, "--patience", min=1,
-                                           help="End the study when the best has not improved beyond noise for this many trials."),
-    max_trials: Optional[int] = typer.Option(None, "--max-trials", min=1, help="End the study once it holds this "
-                                             "many trials, over every worker on it (--trials: this invocation's)."),
-    storage: Optional[str] = typer.Option(None, "--storage", help="Optuna storage URL (overrides the experiment)."),
-    seed: Optional[int] = typer.Option(None, "--seed", help="Sampler seed (overrides the experiment); give each "
-                                       "machine's worker on one study its own."),
-    tracking_uri: Optional[str] = typer.Option(None, "--tracking-uri", envvar="MLFLOW_TRACKING_URI",
-                                               help="MLflow tracking URI (default: local store under mlruns/)."),
+    timeout: float | None = typer.Option(
+        None, "--timeout", min=1, help="Stop starting trials after this many seconds."
+    ),
+    target: float | None = typer.Option(None, "--target", help="End the study once the objective reaches this value."),
+    patience: int | None = typer.Option(
+        None,
+        "--patience",
+        min=1,
+        help="End the study when the best has not improved beyond noise for this many trials.",
+    ),
+    max_trials: int | None = typer.Option(
+        None,
+        "--max-trials",
+        min=1,
+        help="End the study once it holds this many trials, over every worker on it (--trials: this invocation's).",
+    ),
+    storage: str | None = typer.Option(None, "--storage", help="Optuna storage URL (overrides the experiment)."),
+    seed: int | None = typer.Option(
+        None, "--seed", help="Sampler seed (overrides the experiment); give each machine's worker on one study its own."
+    ),
+    tracking_uri: str | None = typer.Option(
+        None,
+        "--tracking-uri",
+        envvar="MLFLOW_TRACKING_URI",
+        help="MLflow tracking URI (default: local store under mlruns/).",
+    ),
     results: Path = typer.Option(Path("results"), "--results", help="Folder for server logs and the best config."),
-    dry_run: bool = typer.Option(False, "--dry-run", help="Print the launch commands of the first --trials sampled "
-                                 "configs (docker run lines for launcher docker) and the rule each infeasible one "
-                                 "breaks; start nothing, write nothing."),
-    parallel: int = typer.Option(1, "--parallel", "-j", min=1,
-                                 help="Trials side by side on this node, each on its own GPUs (or CPU cores)."),
-    gpus: Optional[str] = typer.Option(None, "--gpus", help="GPU ids the trials share, e.g. 0,1,2,3 "
-                                       "(default: 0 to hardware.gpus-1)."),
-    worker: Optional[str] = typer.Option(None, "--worker", hidden=True, help="Set by --parallel for its workers."),
-    verbose: bool = typer.Option(False, "--verbose", help="Show the libraries' own log lines (MLflow, Optuna, ...) "
-                                 "here too; by default they go to results/<study>/autotuner.log."),
+    dry_run: bool = typer.Option(
+        False,
+        "--dry-run",
+        help="Print the launch commands of the first --trials sampled "
+        "configs (docker run lines for launcher docker) and the rule each infeasible one "
+        "breaks; start nothing, write nothing.",
+    ),
+    parallel: int = typer.Option(
+        1, "--parallel", "-j", min=1, help="Trials side by side on this node, each on its own GPUs (or CPU cores)."
+    ),
+    gpus: str | None = typer.Option(
+        None, "--gpus", help="GPU ids the trials share, e.g. 0,1,2,3 (default: 0 to hardware.gpus-1)."
+    ),
+    worker: str | None = typer.Option(None, "--worker", hidden=True, help="Set by --parallel for its workers."),
+    verbose: bool = typer.Option(
+        False,
+        "--verbose",
+        help="Show the libraries' own log lines (MLflow, Optuna, ...) "
+        "here too; by default they go to results/<study>/autotuner.log.",
+    ),
 ) -> None:
     """Tune the engine of an experiment: an Optuna study, resumed when it already exists.
 
@@ -83,8 +112,18 @@ def run(
     if parallel > 1 and worker is None:
         from autotuner.node.workers import run_workers
 
-        options = {"--storage": storage, "--seed": seed, "--max-trials": max_trials, "--tracking-uri": tracking_uri, "--target": target, "--patience": patience,
-                   "--timeout": timeout, "--gpus": gpus, "--results": results, "--parallel": parallel}
+        options = {
+            "--storage": storage,
+            "--seed": seed,
+            "--max-trials": max_trials,
+            "--tracking-uri": tracking_uri,
+            "--target": target,
+            "--patience": patience,
+            "--timeout": timeout,
+            "--gpus": gpus,
+            "--results": results,
+            "--parallel": parallel,
+        }
         given = [str(x) for k, v in options.items() if v is not None for x in (k, v)] + ["--verbose"] * verbose
         code = run_workers(lambda name, n: [sys.executable, "-m", "autotuner.cli", "run", "--experiment",
                                             str(experiment), "--trials", str(n), "--worker", name, *given],
@@ -130,7 +169,7 @@ def _override(exp, **sections: dict):
     return exp.model_copy(update={"config": cfg})
 
 
-def _worker_seed(exp, seed: Optional[int], worker: Optional[str]) -> Optional[int]:
+def _worker_seed(exp, seed: int | None, worker: str | None) -> int | None:
     """Workers with one seed would sample the same configs in the same order: each --parallel worker
     (w1, w2, ...) gets its own, derived from the experiment's."""
     if worker is None:
@@ -139,19 +178,19 @@ def _worker_seed(exp, seed: Optional[int], worker: Optional[str]) -> Optional[in
     return None if base is None else base + 1000 * int(worker.removeprefix("w") or 0)
 
 
-def _pool(exp, parallel: int, gpus: Optional[str]):
+def _pool(exp, parallel: int, gpus: str | None):
     from autotuner.node.pool import Leases, node_pool
 
     pool = node_pool(exp.config, parallel, gpus)
     return Leases(pool) if pool else None
 
 
-def _make_tuner(exp, tracking_uri: Optional[str], results: Path, pool=None, worker: Optional[str] = None):
-    from autotuner.core import preflight
+def _make_tuner(exp, tracking_uri: str | None, results: Path, pool=None, worker: str | None = None):
     from autotuner.config import ConfigError
+    from autotuner.core import preflight
+    from autotuner.core.driver import StudyDriver
     from autotuner.launchers import make_launcher
     from autotuner.tracking import MlflowTracker
-    from autotuner.core.driver import StudyDriver
 
     cfg = exp.config
     engine = preflight.check(exp)
@@ -163,7 +202,7 @@ def _make_tuner(exp, tracking_uri: Optional[str], results: Path, pool=None, work
     launcher = make_launcher(exp, progress=lambda line: typer.echo(line, err=True))
     engine_version = None
     if cfg.launcher == "docker":  # the engine that runs is the image's, not a host binary
-        engine_version = launcher.engine_version(engine, {"autotuner.study": cfg.study_name})
+        engine_version = cast("DockerLauncher", launcher).engine_version(engine, {"autotuner.study": cfg.study_name})
     tracker = MlflowTracker(tracking_uri or cfg.tracking.uri)
     from autotuner.core.progress import Progress
 
@@ -186,23 +225,28 @@ def bench(
     base_url: str = typer.Option(..., "--base-url", help="Server address, e.g. http://127.0.0.1:8080"),
     model: str = typer.Option(..., "--model", help="Model name the server serves."),
     endpoint: str = typer.Option("/v1/completions", "--endpoint", help="/v1/completions or /v1/chat/completions"),
-    max_concurrency: Optional[int] = typer.Option(None, "--max-concurrency", min=1, help="Requests in flight at most."),
-    request_rate: float = typer.Option(float("inf"), "--request-rate", help="Poisson arrivals per second (inf: all at once)."),
+    max_concurrency: int | None = typer.Option(None, "--max-concurrency", min=1, help="Requests in flight at most."),
+    request_rate: float = typer.Option(
+        float("inf"), "--request-rate", help="Poisson arrivals per second (inf: all at once)."
+    ),
     num_prompts: int = typer.Option(100, "--num-prompts", min=1, help="Measured requests."),
-    input_len: int = typer.Option(128, "--random-input-len", min=1, help="Prompt length in words (about one token each)."),
+    input_len: int = typer.Option(
+        128, "--random-input-len", min=1, help="Prompt length in words (about one token each)."
+    ),
     output_len: int = typer.Option(128, "--random-output-len", min=1, help="Tokens to generate per request."),
     num_warmups: int = typer.Option(0, "--num-warmups", min=0, help="Unmeasured requests sent first."),
     seed: int = typer.Option(0, "--seed", help="Seed for prompts and arrival times."),
     workers: int = typer.Option(1, "--workers", min=1, help="Client processes (when one core is not enough)."),
     timeout: float = typer.Option(300.0, "--timeout", help="Per-request timeout in seconds."),
-    json_path: Optional[Path] = typer.Option(None, "--json", help="Write the full result (and per-request records) here."),
+    json_path: Path | None = typer.Option(None, "--json", help="Write the full result (and per-request records) here."),
 ) -> None:
     """Measure a running OpenAI-compatible server, like `vllm bench serve`."""
     from autotuner.bench.client import ignored_proxy_note
     from autotuner.bench.runner import format_level, run_level_sync
     from autotuner.bench.workload import Workload
 
-    endpoints = {"/v1/completions": "completions", "/v1/chat/completions": "chat"}
+    endpoints: dict[str, Literal["completions", "chat"]] = {"/v1/completions": "completions",
+                                                            "/v1/chat/completions": "chat"}
     if endpoint not in endpoints:
         _fail(f"--endpoint: expected one of {', '.join(endpoints)} (got {endpoint!r})")
     workload = Workload(endpoint=endpoints[endpoint], num_prompts=num_prompts, input_len=input_len,
@@ -237,19 +281,19 @@ def make_model(
     if out.exists():
         typer.echo(f"{out} exists")
         return
-    from autotuner.util.extras import MissingExtra
     from autotuner.models.tiny_gguf import write_tiny_llama_gguf
+    from autotuner.util.extras import MissingExtra
 
     out.parent.mkdir(parents=True, exist_ok=True)
     typer.echo(f"writing {out} ({size})", err=True)
     try:
-        write_tiny_llama_gguf(out, size=size, seed=seed)  # type: ignore[arg-type]
+        write_tiny_llama_gguf(out, size=size, seed=seed)  # type: ignore[arg-type]  # typer gives str; the choices are checked
     except MissingExtra as e:
         _fail(str(e))
     typer.echo(str(out))
 
 
-def _study_for_reading(experiment: Path, storage: Optional[str], study: Optional[str]):
+def _study_for_reading(experiment: Path, storage: str | None, study: str | None):
     """(optuna study, experiment) for `report` and `best`; exits 2 with one line when it cannot."""
     from autotuner.config import ConfigError, load_experiment
     from autotuner.tracking.artifacts import open_existing
@@ -271,11 +315,11 @@ _READ_STUDY = typer.Option(None, "--study", help="Study name (default: the exper
 @app.command()
 def report(
     experiment: Path = _READ_EXPERIMENT,
-    storage: Optional[str] = _READ_STORAGE,
-    study: Optional[str] = _READ_STUDY,
+    storage: str | None = _READ_STORAGE,
+    study: str | None = _READ_STUDY,
     fmt: str = typer.Option("text", "--format", "-f", help="text (terminal), markdown or json (for sharing)."),
     top: int = typer.Option(5, "--top", min=1, help="Trials in the top table."),
-    target: Optional[float] = typer.Option(None, "--target", help="Objective value to compare the best against."),
+    target: float | None = typer.Option(None, "--target", help="Objective value to compare the best against."),
     results: Path = typer.Option(Path("results"), "--results", help="Folder the study's plots and files are in."),
     plots: bool = typer.Option(False, "--plots", help="(Re)draw the study's plots (HTML and PNG) first."),
 ) -> None:
@@ -322,20 +366,20 @@ def report(
 @app.command()
 def best(
     experiment: Path = _READ_EXPERIMENT,
-    storage: Optional[str] = _READ_STORAGE,
-    study: Optional[str] = _READ_STUDY,
+    storage: str | None = _READ_STORAGE,
+    study: str | None = _READ_STUDY,
     fmt: str = typer.Option("args", "--format", "-f",
                             help="args (the command as the study launched it: the engine's, or `docker run` for "
                                  "launcher docker), docker (`docker run` line), config (the engine's own config "
                                  "file), yaml, or env (environment variables the engine reads)."),
-    image: Optional[str] = typer.Option(None, "--image", help="Image for --format docker (default: the study's, "
+    image: str | None = typer.Option(None, "--image", help="Image for --format docker (default: the study's, "
                                         "else the engine's)."),
-    out: Optional[Path] = typer.Option(None, "--out", "-o", help="Write to this file instead of stdout."),
+    out: Path | None = typer.Option(None, "--out", "-o", help="Write to this file instead of stdout."),
 ) -> None:
     """Print the best configuration, ready to run."""
-    from autotuner.report import export
     from autotuner import report as rep
     from autotuner.engines._base import EngineError, get_engine
+    from autotuner.report import export
     from autotuner.tracking.artifacts import study_binary, winner_text
 
     if fmt not in export.FORMATS:
@@ -374,4 +418,4 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    main()

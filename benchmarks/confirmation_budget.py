@@ -31,8 +31,8 @@ from pathlib import Path
 import optuna
 
 from autotuner.core import record
-from autotuner.util import paths
 from autotuner.core.winner import Candidate, decide
+from autotuner.util import paths
 
 REPO = Path(__file__).resolve().parent.parent
 BASE = dict(batch_size=512, ubatch_size=512, cont_batching=True, flash_attn="auto", cache_type_k="f16",

@@ -18,13 +18,13 @@ import tempfile
 import time
 from pathlib import Path
 
-from autotuner.util import paths
 from autotuner.config import DockerConfig
 from autotuner.engines._base import LaunchContext
 from autotuner.engines.llamacpp import LlamaCppEngine
 from autotuner.launchers._base import free_port
 from autotuner.launchers.docker import DockerLauncher
 from autotuner.launchers.process import ProcessLauncher
+from autotuner.util import paths
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -65,9 +65,9 @@ def main() -> None:
                 rows[name].append(launch_once(launcher, bin_, model, Path(tmp) / f"{name}-{i}.log"))
     print(f"model {model.name}, {args.repeats} launches each, median (min-max) in ms")
     for name, launches in rows.items():
-        columns = list(zip(*launches))
+        columns = list(zip(*launches, strict=False))
         cells = (f"   {label} {statistics.median(v) * 1e3:5.0f} ({min(v) * 1e3:.0f}-{max(v) * 1e3:.0f})"
-                 for label, v in zip(("start() returned", "ready", "stop"), columns))
+                 for label, v in zip(("start() returned", "ready", "stop"), columns, strict=False))
         print(f"  {name:8s}" + "".join(cells))
 
 

@@ -54,13 +54,13 @@ from typing import Any
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-from autotuner.util import paths  # noqa: E402
 from autotuner.bench.runner import run_level  # noqa: E402
 from autotuner.bench.workload import Workload, level_workload, warmup_workload  # noqa: E402
 from autotuner.engines._base import LaunchContext  # noqa: E402
 from autotuner.engines.llamacpp import LlamaCppEngine  # noqa: E402
 from autotuner.launchers._base import LaunchError, free_port  # noqa: E402
 from autotuner.launchers.process import ProcessLauncher  # noqa: E402
+from autotuner.util import paths  # noqa: E402
 
 # The grid: param (the llamacpp adapter's names) -> values. "batch" is -b/-ub as pairs.
 GRID: dict[str, list[Any]] = {
@@ -99,7 +99,7 @@ def grid_configs(grid: dict[str, list[Any]] = GRID) -> list[dict[str, Any]]:
     """Every config of `grid`, as CSV columns (batch split into batch_size and ubatch_size)."""
     configs = []
     for values in itertools.product(*grid.values()):
-        point = dict(zip(grid, values))
+        point = dict(zip(grid, values, strict=False))
         b, ub = (int(x) for x in point.pop("batch").split("/"))
         configs.append({**point, "batch_size": b, "ubatch_size": ub})
     return configs

@@ -59,8 +59,14 @@ def replay(rows: list[dict[str, Any]], levels: list[int], exp: Any, pruner_name:
         level, step, state = plan.next_level([]), 0, "COMPLETE"
         while level is not None:
             c = level["max_concurrency"]
-            measured.append({"max_concurrency": c, "output_tok_per_s": float(row[f"output_tok_per_s@{c}"]),
-                             "ttft_ms_p99": float(row[f"ttft_ms_p99@{c}"]), "error_rate": float(row[f"error_rate@{c}"])})
+            measured.append(
+                {
+                    "max_concurrency": c,
+                    "output_tok_per_s": float(row[f"output_tok_per_s@{c}"]),
+                    "ttft_ms_p99": float(row[f"ttft_ms_p99@{c}"]),
+                    "error_rate": float(row[f"error_rate@{c}"]),
+                }
+            )
             spent += float(row[f"measure_s@{c}"])
             following = plan.next_level(measured)
             if old:  # each level's own value, when it met the SLO
@@ -101,11 +107,13 @@ def main() -> None:
     runs = {name: [replay(rows, levels, exp, name, s) for s in range(args.seeds)]
             for name in ("none", "ceiling", "median", "median (old)")}
     base = runs["none"]
-    print(f"\n{len(rows)} configs that start, levels {levels}, {args.seeds} orders; measurement time against no pruning")
+    print(
+        f"\n{len(rows)} configs that start, levels {levels}, {args.seeds} orders; measurement time against no pruning"
+    )
     print(f"{'pruner':<14} {'seconds (median)':>17} {'saved: median [min, max]':>27} {'pruned':>7} {'same winner':>12}")
     for name, rs in runs.items():
-        saved = sorted(1 - r["seconds"] / b["seconds"] for r, b in zip(rs, base))
-        same = sum(r["winner"] == b["winner"] for r, b in zip(rs, base))
+        saved = sorted(1 - r["seconds"] / b["seconds"] for r, b in zip(rs, base, strict=False))
+        same = sum(r["winner"] == b["winner"] for r, b in zip(rs, base, strict=False))
         print(f"{name:<14} {statistics.median(r['seconds'] for r in rs):>17.1f} "
               f"{statistics.median(saved):>12.1%} [{saved[0]:+.1%}, {saved[-1]:+.1%}] "
               f"{statistics.median(r['pruned'] for r in rs):>7} {same:>7}/{len(rs)}")

@@ -121,9 +121,12 @@ def sampler_overhead(model: Path, rounds: int) -> None:
         proc.terminate()
         proc.wait(timeout=30)
     print("sampler (llama-server, 48 requests at concurrency 16, 0.5 s interval)")
-    print(f"  output tok/s median: with sampler {statistics.median(with_s):,.1f}, without {statistics.median(without):,.1f}"
-          f" ({statistics.median(with_s) / statistics.median(without) - 1:+.1%}); runs with: "
-          f"{', '.join(f'{v:,.0f}' for v in with_s)}; without: {', '.join(f'{v:,.0f}' for v in without)}")
+    print(
+        f"  output tok/s median: with sampler {statistics.median(with_s):,.1f}, "
+        f"without {statistics.median(without):,.1f}"
+        f" ({statistics.median(with_s) / statistics.median(without) - 1:+.1%}); runs with: "
+        f"{', '.join(f'{v:,.0f}' for v in with_s)}; without: {', '.join(f'{v:,.0f}' for v in without)}"
+    )
     if polls:
         print(f"  {polls} polls, {cpu / polls * 1000:.2f} ms CPU per poll in the tuner's process")
 

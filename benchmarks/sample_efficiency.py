@@ -91,7 +91,7 @@ class Landscape:
         return self.values[tuple(params[name] for name in self.space)]
 
     def describe(self, key: tuple[Any, ...]) -> str:
-        return " ".join(f"{name}={value}" for name, value in zip(self.space, key))
+        return " ".join(f"{name}={value}" for name, value in zip(self.space, key, strict=False))
 
 
 def load_landscape(path: Path) -> Landscape:
@@ -108,7 +108,7 @@ def load_landscape(path: Path) -> Landscape:
     fixed = {n: c[0] for n, c in choices.items() if len(c) == 1}
     values: dict[tuple[Any, ...], float | None] = {}
     failures: dict[tuple[Any, ...], str] = {}
-    for row, p in zip(rows, params):
+    for row, p in zip(rows, params, strict=False):
         key = tuple(p[n] for n in space)
         if row["failed"] == "1":
             values[key] = None
@@ -179,7 +179,7 @@ def replay(landscape: Landscape, strategy: Strategy, seed: int, budget: int, thr
         if repeated and strategy.explore_on_repeat:
             fresh = [k for k in landscape.values if k not in launched]
             if fresh:
-                study.enqueue_trial(dict(zip(landscape.space, rng.choice(fresh))))
+                study.enqueue_trial(dict(zip(landscape.space, rng.choice(fresh), strict=False)))
         for q in thresholds:
             if trials_to[q] == math.inf and best_so_far >= q * best_value:
                 trials_to[q], launches_to[q] = n, len(launched)

@@ -15,13 +15,13 @@ import tempfile
 import time
 from pathlib import Path
 
-from autotuner.util import paths
 from autotuner.config import load_experiment
+from autotuner.core.driver import StudyDriver
+from autotuner.core.progress import Progress
 from autotuner.engines._base import get_engine
 from autotuner.launchers.process import ProcessLauncher
-from autotuner.core.progress import Progress
 from autotuner.tracking import MlflowTracker
-from autotuner.core.driver import StudyDriver
+from autotuner.util import paths
 
 REPO = Path(__file__).resolve().parent.parent
 ENGINE_PHASES = ("ready_s", "warmup_s", "measure_s", "stop_s")  # engine start, warmup, measurement, stop
@@ -67,7 +67,10 @@ def main() -> None:
         if trial.state.name == "COMPLETE":
             shares.append(share)
             overheads.append(overhead)
-        print(f"{trial.number:>5} {trial.state.name:>8} {total:>8.2f} {engine:>9.2f} {overhead * 1000:>12.1f} {share:>7.2%}")
+        print(
+            f"{trial.number:>5} {trial.state.name:>8} {total:>8.2f} {engine:>9.2f} "
+            f"{overhead * 1000:>12.1f} {share:>7.2%}"
+        )
     if shares:
         print(f"\nmedian overhead {statistics.median(overheads) * 1000:.1f} ms per trial = "
               f"{statistics.median(shares):.2%} of a trial (target: under 1%)")

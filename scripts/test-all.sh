@@ -1,9 +1,9 @@
 #!/usr/bin/env bash
 # The complete test suite with every service its tests need, the way CI runs it (.ci/run calls this):
 # installs the system packages the build and the tests need (Debian's; needs root when one is missing),
-# sets up (venv, llama-server, quickstart model), starts a private Docker daemon (installing Debian's
-# docker.io when missing; stopped by its PID at the end), builds the engine image locally (no registry),
-# starts PostgreSQL and an MLflow tracking server on loopback (stopped at the end too), installs vLLM's
+# sets up (venv, llama-server, quickstart model), runs scripts/lint.sh (ruff, mypy), starts a private
+# Docker daemon (installing Debian's docker.io when missing; stopped by its PID at the end), builds the
+# engine image locally (no registry), starts PostgreSQL and an MLflow tracking server on loopback (stopped at the end too), installs vLLM's
 # CPU build (scripts/setup-vllm.sh), then runs scripts/test.sh. Here the Docker, vLLM and shared-study
 # tests are mandatory: a missing service fails them instead of skipping (AUTOTUNER_REQUIRE_ALL=1), and a
 # skipped Docker test fails the run. Extra arguments go to pytest.
@@ -20,6 +20,7 @@ if [ ${#need[@]} -gt 0 ]; then
   apt-get update -qq && apt-get install -y -qq --no-install-recommends "${need[@]}"
 fi
 scripts/setup.sh
+scripts/lint.sh  # static checks first: a finding fails the run before any service starts
 
 # Only what is started here is stopped here (by PID), whatever way this script ends.
 stop=()

@@ -311,7 +311,7 @@ class _Connection(asyncio.Protocol):
         self.lost_exc: BaseException | None = None
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
-        self.transport = transport  # type: ignore[assignment]
+        self.transport = transport  # type: ignore[assignment]  # a TCP transport (asyncio passes the base type)
 
     def data_received(self, data: bytes) -> None:
         self.pieces.append((perf_counter_ns(), data))

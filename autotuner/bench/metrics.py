@@ -237,7 +237,7 @@ def goodput(records: Sequence[RequestRecord], duration_s: float, slo: Mapping[st
         latencies = request_latencies(rec)
         if rec.first_token_ns is not None and latencies[2] is None:
             latencies = (latencies[0], latencies[1], 0.0)  # one output token: no time per further token
-        good += all(latencies[i] is not None and latencies[i] <= limit for i, limit in limits.items())
+        good += all((x := latencies[i]) is not None and x <= limit for i, limit in limits.items())
     return good / duration_s
 
 

@@ -69,7 +69,9 @@ def _plan(base_url: str, model: str, workload: Workload, *, max_concurrency: int
     warmup: tuple[bytes, ...] = ()
     if warmup_requests:
         # Prompts no measured request sends: no prefix-cache head start (workload.warmup_workload).
-        warmup = tuple(json.dumps(p).encode() for p in build_payloads(warmup_workload(workload, warmup_requests), model))
+        warmup = tuple(
+            json.dumps(p).encode() for p in build_payloads(warmup_workload(workload, warmup_requests), model)
+        )
     return _Plan(url=base_url.rstrip("/") + workload.path, endpoint=workload.endpoint, bodies=bodies,
                  warmup_bodies=warmup, max_concurrency=max_concurrency, request_rate=request_rate, seed=seed,
                  timeout_s=timeout_s)
@@ -87,7 +89,7 @@ async def _send_all(client: httpx.AsyncClient, plan: _Plan, bodies: tuple[bytes,
     url, endpoint, timeout_s = plan.url, plan.endpoint, plan.timeout_s
 
     async def send(i: int) -> None:
-        records[i] = await stream_request(client, url, bodies[i], endpoint=endpoint, timeout_s=timeout_s)  # type: ignore[arg-type]
+        records[i] = await stream_request(client, url, bodies[i], endpoint=endpoint, timeout_s=timeout_s)  # type: ignore[arg-type]  # plan.endpoint: a str validated upstream
 
     if request_rate is None or math.isinf(request_rate):
         if max_concurrency is None or max_concurrency >= len(bodies):
@@ -123,7 +125,7 @@ async def _send_all(client: httpx.AsyncClient, plan: _Plan, bodies: tuple[bytes,
                     await asyncio.sleep(delay_s)
             tasks.append(asyncio.ensure_future(arrive(i)))
         await asyncio.gather(*tasks)
-    return records  # type: ignore[return-value]
+    return records  # type: ignore[return-value]  # every slot filled by gather
 
 
 async def _run_plan(plan: _Plan, client: httpx.AsyncClient | None,
@@ -256,7 +258,7 @@ def run_level_sync(
                 p.terminate()
     if failures:
         raise RuntimeError("load generator worker failed: " + "; ".join(failures))
-    records: list[RequestRecord] = [None] * len(plan.bodies)  # type: ignore[list-item]
+    records: list[RequestRecord] = [None] * len(plan.bodies)  # type: ignore[list-item]  # every slot filled below
     for k, (recs, _, _) in outputs.items():
         records[k::workers] = [RequestRecord.from_json(r) for r in recs]
     start_ns = min(o[1] for o in outputs.values())

@@ -36,7 +36,7 @@ from autotuner.engines._base import EngineError, get_engine
 
 DEFAULT_INTERVAL_S = 0.5
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def sources(engine: str) -> Mapping[str, tuple[str, str, float]]:
     """The engine's /metrics series by canonical name (each adapter publishes its own; read-only)."""
     try:

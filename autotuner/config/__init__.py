@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import re
 from pathlib import Path
-from typing import Annotated, Any, Literal, Union
+from typing import Annotated, Any, Literal
 
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
@@ -57,7 +57,7 @@ class FloatParam(_Param):
         return self
 
 
-Choice = Union[bool, int, float, str]
+Choice = bool | int | float | str
 
 
 class CategoricalParam(_Param):
@@ -76,7 +76,7 @@ class BoolParam(_Param):
     type: Literal["bool"]
 
 
-ParamSpec = Annotated[Union[IntParam, FloatParam, CategoricalParam, BoolParam], Field(discriminator="type")]
+ParamSpec = Annotated[IntParam | FloatParam | CategoricalParam | BoolParam, Field(discriminator="type")]
 
 
 def _check_range(low: float, high: float, log: bool) -> None:
@@ -196,7 +196,9 @@ class LoadConfig(_Strict):
             name = self.search.kind.replace("max_", "").replace("_", " ")
             return (f"search for the highest {name} meeting the SLO in [{low[self.search.kind]:g}, "
                     f"{high[self.search.kind]:g}], at most {self.search.steps} levels")
-        return ", ".join(f"{k.replace('max_', '').replace('_', ' ')} {v:g}" for lv in self.levels() for k, v in lv.items())
+        return ", ".join(
+            f"{k.replace('max_', '').replace('_', ' ')} {v:g}" for lv in self.levels() for k, v in lv.items()
+        )
 
 
 def measured_metrics() -> frozenset[str]:
@@ -267,12 +269,12 @@ class ObjectiveConfig(_Strict):
         return list(self.metrics or [self.metric])
 
     @property
-    def all_directions(self) -> list[str]:
+    def all_directions(self) -> list[Literal["minimize", "maximize"]]:
         return list(self.directions or [self.direction])
 
     def describe(self) -> str:
         """E.g. 'maximize output_tok_per_s, minimize ttft_ms_p99'."""
-        return ", ".join(f"{d} {m}" for d, m in zip(self.all_directions, self.names))
+        return ", ".join(f"{d} {m}" for d, m in zip(self.all_directions, self.names, strict=False))
 
     @field_validator("slo")
     @classmethod

@@ -104,7 +104,7 @@ def _eval(node: ast.AST, values: Mapping[str, Any]) -> Any:
         return _BIN[type(node.op)](_eval(node.left, values), _eval(node.right, values))
     if isinstance(node, ast.Compare):
         left = _eval(node.left, values)
-        for op, comp in zip(node.ops, node.comparators):
+        for op, comp in zip(node.ops, node.comparators, strict=True):
             right = _eval(comp, values)
             if not _CMP[type(op)](left, right):
                 return False

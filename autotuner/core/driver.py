@@ -22,31 +22,31 @@ import time
 import warnings
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import optuna
 from optuna.trial import TrialState
 
-from autotuner.core import record, stopping, winner
-from autotuner.node import host
-from autotuner.util import locks, secrets
 from autotuner.config import Experiment, recheck
-from autotuner.engines._base import Engine, LaunchSpec
+from autotuner.config.space import RandomSuggester, SearchSpace
+from autotuner.core import record, stopping, winner
+from autotuner.core.callbacks import StudyCallback
 from autotuner.core.executor import TrialExecutor, TrialResult
-from autotuner.util.interrupts import StopRequests
-from autotuner.launchers._base import Launcher, this_owner
 from autotuner.core.load_search import highest_passing, load_kind
 from autotuner.core.objective import meets, scored_index
-from autotuner.node.pool import Leases
 from autotuner.core.progress import Progress
 from autotuner.core.recovery import WORKER_ATTR, Heartbeat, recover_stale_trials
 from autotuner.core.sampling import FAILURE_CONSTRAINT
-from autotuner.config.space import RandomSuggester, SearchSpace
 from autotuner.core.study import best_trial, open_study, primary_value
 from autotuner.core.study import verdict as study_verdict
-from autotuner.tracking.artifacts import StudyArtifacts
-from autotuner.core.callbacks import StudyCallback
+from autotuner.engines._base import Engine, LaunchSpec
+from autotuner.launchers._base import Launcher, this_owner
+from autotuner.node import host
+from autotuner.node.pool import Leases
 from autotuner.tracking import MlflowStudyLog, MlflowTracker
+from autotuner.tracking.artifacts import StudyArtifacts
+from autotuner.util import locks, secrets
+from autotuner.util.interrupts import StopRequests
 
 MAX_REASKS = 20  # re-proposals of measured configs in a row before an unmeasured one is drawn at random
 # Failures that say the config cannot run here: final at once (the transient ones get one more launch).
@@ -179,7 +179,10 @@ class StudyDriver:
     def _stop_decision(self) -> stopping.StopDecision | None:
         # Convergence counts trials that measured a config for the first time: a failure measured
         # nothing, a retry or a re-proposal nothing new.
-        finished = [record.view(t) for t in self.study.get_trials(deepcopy=False, states=(TrialState.COMPLETE, TrialState.PRUNED))]
+        finished = [
+            record.view(t)
+            for t in self.study.get_trials(deepcopy=False, states=(TrialState.COMPLETE, TrialState.PRUNED))
+        ]
         points = [t.values for t in sorted(finished, key=lambda t: t.number) if t.first_measurement]
         noise = max(self.cfg.stop.min_improvement, stopping.relative_noise(self._repeats()) or 0.0)
         if self.cfg.objective.multi:  # no target (config.cross_check); patience is on the front's hypervolume
@@ -194,7 +197,7 @@ class StudyDriver:
         for t in self.study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,)):
             if t.user_attrs.get("reused_from") is None and t.values:
                 key = json.dumps([bool(t.user_attrs.get("baseline")), t.params], sort_keys=True)
-                groups.setdefault(key, []).append(primary_value(t))
+                groups.setdefault(key, []).append(t.values[0])  # primary_value(t); t.values is not empty
         for number, values in (self.study.user_attrs.get("confirmation") or {}).items():
             trial = self.study.trials[int(number)]
             key = json.dumps([bool(trial.user_attrs.get("baseline")), trial.params], sort_keys=True)
@@ -238,7 +241,9 @@ class StudyDriver:
             done = record.confirmation(self.study.user_attrs)  # merge: never overwrite another worker's
             done.setdefault(number, []).append(value)
             self.study.set_user_attr(record.CONFIRMATION, {str(k): v for k, v in done.items()})
-            shown = f"{value:,.1f}" if value is not None else f"{result.failure_class}: {result.reason} (flaky: cannot win)"
+            shown = (
+                f"{value:,.1f}" if value is not None else f"{result.failure_class}: {result.reason} (flaky: cannot win)"
+            )
             progress.note(f"    trial #{number} again: {shown} (first: {view.value:,.1f})")
         self._emit("confirmation_finished", {"order": order,
                                              "measurements": self.study.user_attrs.get(record.CONFIRMATION)})
@@ -260,12 +265,25 @@ class StudyDriver:
         trials = self.study.get_trials(deepcopy=False)
         if self.cfg.study.baseline and not any(t.user_attrs.get("baseline") for t in trials):
             # skip_if_exists: a second tuner starting on the same study at once must not queue it twice
-            self.study.enqueue_trial({}, user_attrs={record.BASELINE: True, record.PROPOSED_BY: "baseline",
-                                                     record.REASON: "the engine's defaults: what every gain is measured against"},
-                                     skip_if_exists=True)
+            self.study.enqueue_trial(
+                {},
+                user_attrs={
+                    record.BASELINE: True,
+                    record.PROPOSED_BY: "baseline",
+                    record.REASON: "the engine's defaults: what every gain is measured against",
+                },
+                skip_if_exists=True,
+            )
         for params in self.cfg.enqueue:
-            self.study.enqueue_trial(dict(params), user_attrs={record.ENQUEUED: True, record.PROPOSED_BY: "experiment",
-                                                               record.REASON: "listed under enqueue"}, skip_if_exists=True)
+            self.study.enqueue_trial(
+                dict(params),
+                user_attrs={
+                    record.ENQUEUED: True,
+                    record.PROPOSED_BY: "experiment",
+                    record.REASON: "listed under enqueue",
+                },
+                skip_if_exists=True,
+            )
 
     # --- one trial --------------------------------------------------------------------------------------
 
@@ -340,15 +358,23 @@ class StudyDriver:
                     return None
                 progress.note(f"the sampler proposed measured configs {MAX_REASKS} times in a row: "
                               "measuring an unmeasured one drawn at random")
-                self.study.enqueue_trial(fresh, user_attrs={record.PROPOSED_BY: "random",
-                                                            record.REASON: "the sampler kept re-proposing measured configs"})
+                self.study.enqueue_trial(
+                    fresh,
+                    user_attrs={
+                        record.PROPOSED_BY: "random",
+                        record.REASON: "the sampler kept re-proposing measured configs",
+                    },
+                )
         return None
 
     def _measured(self, params: dict[str, Any], baseline: bool) -> int | None:
         """The trial that settled this configuration: measured it, or failed it for good (a transient
         failure is settled by its retry; an interruption settles nothing)."""
         key = record.TrialView(0, "", params, None, baseline).config_key
-        for t in map(record.view, self.study.get_trials(deepcopy=False, states=(TrialState.COMPLETE, TrialState.FAIL, TrialState.PRUNED))):
+        for t in map(
+            record.view,
+            self.study.get_trials(deepcopy=False, states=(TrialState.COMPLETE, TrialState.FAIL, TrialState.PRUNED)),
+        ):
             if t.config_key != key or t.duplicate_of is not None:
                 continue
             if t.state != "FAIL" or t.failure_class in PERMANENT_FAILURES or t.retry_of is not None:
@@ -395,7 +421,12 @@ class StudyDriver:
             self.study.tell(trial, state=TrialState.PRUNED if result.state == "PRUNED" else TrialState.FAIL)
 
         trial_dir.mkdir(parents=True, exist_ok=True)
-        bench = {"state": result.state, "value": result.value, "values": result.values, "levels": [r.to_json() for r in result.levels]}
+        bench = {
+            "state": result.state,
+            "value": result.value,
+            "values": result.values,
+            "levels": [r.to_json() for r in result.levels],
+        }
         (trial_dir / "bench.json").write_text(json.dumps(bench, indent=2))
         if command:
             (trial_dir / "command.txt").write_text(command + "\n")
@@ -413,8 +444,11 @@ class StudyDriver:
                                 f"{result.failure_class}: {result.reason}" if result.failure_class else result.reason,
                                 self._best_so_far())
         if self.cfg.objective.multi and result.values:
-            progress.note("    " + ", ".join(f"{n} {v:,.1f}" for n, v in zip(self.cfg.objective.names, result.values))
-                          + f" · Pareto front: {len(self.study.best_trials)} trial(s)")
+            progress.note(
+                "    "
+                + ", ".join(f"{n} {v:,.1f}" for n, v in zip(self.cfg.objective.names, result.values, strict=False))
+                + f" · Pareto front: {len(self.study.best_trials)} trial(s)"
+            )
         if result.log_tail and result.failure_class != "infeasible":
             last = [line for line in result.log_tail.splitlines() if line.strip()][-3:]
             for line in last:
@@ -462,7 +496,10 @@ class StudyDriver:
     def _summary_metrics(self) -> dict[str, float]:
         """The parent run's summary: trial counts and the winner by the one rule (`winner.decide`)."""
         trials = self.study.get_trials(deepcopy=False)
-        counts = {s.name.lower(): sum(t.state == s for t in trials) for s in (TrialState.COMPLETE, TrialState.FAIL, TrialState.PRUNED)}
+        counts = {
+            s.name.lower(): sum(t.state == s for t in trials)
+            for s in (TrialState.COMPLETE, TrialState.FAIL, TrialState.PRUNED)
+        }
         metrics: dict[str, float] = {f"trials_{k}": v for k, v in counts.items()}
         if not self.cfg.objective.multi:
             v = study_verdict(self.study)  # the one rule, as in the report and best.json
@@ -477,7 +514,7 @@ class StudyDriver:
         else:
             best = best_trial(self.study)
             if best is not None:
-                metrics[f"best_{self.cfg.objective.metric}"] = primary_value(best)
+                metrics[f"best_{self.cfg.objective.metric}"] = cast(float, primary_value(best))  # completed: has values
                 metrics["best_trial"] = best.number
             metrics["pareto_front_size"] = len(self.study.best_trials)
         return metrics
@@ -486,7 +523,7 @@ class StudyDriver:
         """The winner by the one rule (provisional until confirmed), for the progress line."""
         if self.cfg.objective.multi:
             best = best_trial(self.study)
-            return (best.number, primary_value(best)) if best else None  # type: ignore[return-value]
+            return (best.number, primary_value(best)) if best else None  # type: ignore[return-value]  # a completed trial: has values
         v = study_verdict(self.study)
         return (v.winner.number, v.value) if v.winner is not None and v.value is not None else None
 

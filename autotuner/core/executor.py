@@ -23,7 +23,6 @@ from typing import Any
 
 import optuna
 
-from autotuner.core import launch, pruning
 from autotuner.bench.metrics import LevelResult, goodput, usage_note
 from autotuner.bench.runner import run_level
 from autotuner.bench.server_metrics import ServerMetricsSampler
@@ -31,16 +30,17 @@ from autotuner.bench.server_metrics import summarize as summarize_samples
 from autotuner.bench.spread import spread_metrics
 from autotuner.bench.workload import Workload, level_workload, warmup_workload
 from autotuner.config import Experiment
-from autotuner.engines._base import Engine, LaunchContext, LaunchSpec
-from autotuner.util.interrupts import StopRequests
-from autotuner.launchers._base import Handle, LaunchError, Launcher, free_port
-from autotuner.core.load_search import level_text, load_kind, make_plan
-from autotuner.engines.model_facts import feasibility_context
-from autotuner.core.objective import SloViolated, meets, slo_within, trial_values
-from autotuner.node.pool import Leases, PoolTooSmall
-from autotuner.core.progress import Progress
 from autotuner.config.space import SearchSpace
+from autotuner.core import launch, pruning
+from autotuner.core.load_search import level_text, load_kind, make_plan
+from autotuner.core.objective import SloViolated, meets, slo_within, trial_values
+from autotuner.core.progress import Progress
 from autotuner.core.trial_records import TrialRecords
+from autotuner.engines._base import Engine, LaunchContext, LaunchSpec
+from autotuner.engines.model_facts import feasibility_context
+from autotuner.launchers._base import Handle, Launcher, LaunchError, free_port
+from autotuner.node.pool import Leases, PoolTooSmall
+from autotuner.util.interrupts import StopRequests
 
 LOG_TAIL_LINES = 30
 TRANSIENT_FAILURES = frozenset({"startup-timeout", "client-errors"})  # may be the machine: measured once more
@@ -269,7 +269,7 @@ class TrialExecutor:
         spec = launch.launch_spec(self.exp, self.engine, params, port=port, binary=self.binary,
                                   view=self.launcher.context, secrets=self.secrets)
         if units and self.pool is not None:
-            spec = replace(spec, **{"gpu_ids" if self.pool.pool.kind == "gpu" else "cpu_ids": units})
+            spec = replace(spec, gpu_ids=units) if self.pool.pool.kind == "gpu" else replace(spec, cpu_ids=units)
         return spec
 
     def _lease(self, params: dict[str, Any], label: str, progress: Progress) -> tuple[int, ...]:

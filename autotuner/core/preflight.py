@@ -9,9 +9,9 @@ import importlib.util
 import os
 
 from autotuner.config import CategoricalParam, ConfigError, Experiment
-from autotuner.engines._base import Engine, EngineError, get_engine
 from autotuner.config.space import ExpressionError, SearchSpace
 from autotuner.core.study import check_storage
+from autotuner.engines._base import Engine, EngineError, get_engine
 
 
 def check(exp: Experiment, need_model: bool = True) -> Engine:

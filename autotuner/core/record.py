@@ -91,7 +91,7 @@ class TrialView:
         if not scored:
             return {}
         if self.value is not None:  # records written before scored_level existed
-            return dict(min(scored, key=lambda m: abs(float(m[metric]) - self.value)))  # type: ignore[operator]
+            return dict(min(scored, key=lambda m: abs(float(m[metric]) - self.value)))  # type: ignore[operator]  # self.value checked above
         pick = max if direction == "maximize" else min
         return dict(pick(scored, key=lambda m: float(m[metric])))
 

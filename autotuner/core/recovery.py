@@ -1,17 +1,18 @@
 """Losing nothing when a tuner dies: who runs a trial, heartbeats, and failing-and-retrying the trials
 of a tuner that is gone.
 
-A RUNNING trial records its worker (`host:pid:start`, as the launchers record an engine's owner). When a study is opened, a RUNNING trial whose worker
-was on this host and no longer runs (a SIGKILLed tuner) is failed at once; a worker on another host is
-judged by Optuna's heartbeat (its grace period). Either way Optuna's RetryFailedTrialCallback puts the
-same configuration back in the queue, so a rerun measures it again and every finished trial stays.
+A RUNNING trial records its worker (`host:pid:start`, as the launchers record an engine's owner). When a
+study is opened, a RUNNING trial whose worker was on this host and no longer runs (a SIGKILLed tuner) is
+failed at once; a worker on another host is judged by Optuna's heartbeat (its grace period). Either way
+Optuna's RetryFailedTrialCallback puts the same configuration back in the queue, so a rerun measures it
+again and every finished trial stays.
 """
 
 from __future__ import annotations
 
 import threading
-
 import warnings
+from typing import Any
 
 import optuna
 from optuna.trial import TrialState
@@ -78,7 +79,7 @@ class Heartbeat:
     """Records a trial's heartbeat every HEARTBEAT_INTERVAL_S while the trial runs (a daemon thread)."""
 
     def __init__(self, study: optuna.Study, trial: optuna.Trial):
-        self._storage = study._storage
+        self._storage: Any = study._storage  # record_heartbeat: on heartbeat storages only (_heartbeat_enabled)
         self._trial_id = trial._trial_id
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None

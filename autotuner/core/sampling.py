@@ -75,7 +75,11 @@ class _StudyView:
             elif is_config_failure(t):
                 t = copy.copy(t)
                 t.state, t._values = TrialState.COMPLETE, list(worst or [])
-            elif self._style == "infeasible" and t.state == TrialState.COMPLETE and _CONSTRAINT_ATTR not in t.system_attrs:
+            elif (
+                self._style == "infeasible"
+                and t.state == TrialState.COMPLETE
+                and _CONSTRAINT_ATTR not in t.system_attrs
+            ):
                 t = copy.copy(t)  # every trial must name the same constraints (GP checks)
                 t._system_attrs = {**t.system_attrs, _CONSTRAINT_ATTR: 0.0}
             if states is None or t.state in states:

@@ -15,6 +15,7 @@ from __future__ import annotations
 import statistics
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 
 @dataclass(frozen=True)
@@ -23,7 +24,7 @@ class StopDecision:
     message: str
 
 
-def relative_noise(repeats: Mapping[object, Sequence[float]]) -> float | None:
+def relative_noise(repeats: Mapping[Any, Sequence[float]]) -> float | None:
     """Median over configurations of (max - min) / median of their repeated values; None without repeats."""
     spreads = [(max(v) - min(v)) / statistics.median(v) for v in repeats.values()
                if len(v) >= 2 and statistics.median(v) > 0]
@@ -93,7 +94,9 @@ def _hypervolume(points: Sequence[Sequence[float]], frame: Sequence[Sequence[flo
     from optuna._hypervolume import compute_hypervolume  # Optuna's own (WFG); private but long stable
 
     def losses(ps: Sequence[Sequence[float]]) -> np.ndarray:  # Optuna's hypervolume minimizes every axis
-        return np.array([[v if d == "minimize" else -v for v, d in zip(p, directions)] for p in ps], dtype=float)
+        return np.array(
+            [[v if d == "minimize" else -v for v, d in zip(p, directions, strict=False)] for p in ps], dtype=float
+        )
 
     all_losses = losses(frame)
     worst, best = all_losses.max(axis=0), all_losses.min(axis=0)

@@ -8,17 +8,16 @@ from __future__ import annotations
 
 import warnings
 from pathlib import Path
-
 from typing import Any
 
 import optuna
 from optuna.trial import TrialState
 
-from autotuner.core import record, recovery, winner
-from autotuner.util import locks
 from autotuner.config import ConfigError, ExperimentConfig
+from autotuner.core import record, recovery, winner
 from autotuner.core.pruning import CeilingPruner
 from autotuner.core.sampling import FailureAwareSampler
+from autotuner.util import locks
 
 
 def make_sampler(name: str, seed: int | None) -> optuna.samplers.BaseSampler:
@@ -108,7 +107,7 @@ def candidates(study: optuna.Study) -> list[winner.Candidate]:
     for same in by_config.values():
         first = same[0]
         confirmed = [v for t in same for v in confirmations.get(t.number, [])]
-        out.append(winner.Candidate(first.number, first.value, first.baseline, tuple(confirmed)))  # type: ignore[arg-type]
+        out.append(winner.Candidate(first.number, first.value, first.baseline, tuple(confirmed)))  # type: ignore[arg-type]  # complete trials: value set
     return out
 
 

@@ -19,10 +19,10 @@ import json
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
-from autotuner.node import host
 from autotuner.bench.client import RequestRecord
 from autotuner.bench.server_metrics import Sample, ServerMetricsSampler, kinds
 from autotuner.engines._base import LaunchSpec
+from autotuner.node import host
 
 
 @dataclass

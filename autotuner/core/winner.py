@@ -67,11 +67,11 @@ def decide(candidates: Sequence[Candidate], direction: str) -> Verdict:
     baseline = next((c for c in candidates if c.baseline), None)
     in_round = [c for c in candidates if c.confirmations]
     if not in_round:
-        ranking = sorted(candidates, key=lambda c: -sign * c.first)
+        ranking = tuple(sorted(candidates, key=lambda c: -sign * c.first))
         winner = ranking[0] if ranking else None
         base_value = baseline.first if baseline else None
         return Verdict(winner, False, winner.first if winner else None, baseline, base_value,
-                       _gain(winner.first, base_value, sign) if winner else None, None, (), tuple(ranking))
+                       _gain(winner.first, base_value, sign) if winner else None, None, (), ranking)
     full = max(len(c.confirmations) for c in in_round)
     # Same number of measurements, none failed: only those compare by median.
     eligible = [c for c in in_round if len(c.confirmations) == full and not c.flaky]
@@ -84,10 +84,10 @@ def decide(candidates: Sequence[Candidate], direction: str) -> Verdict:
         return Verdict(None, True, None, baseline, None, None, None, flaky, ranking)
     value = statistics.median(winner.measured)
     base_ok = baseline is not None and baseline in eligible
-    base_value = statistics.median(baseline.measured) if base_ok else None
+    base_value = statistics.median(baseline.measured) if baseline is not None and base_ok else None
     gain_range = None
-    if base_ok:
-        pairs = [_gain(w, b, sign) for w in winner.measured for b in baseline.measured]  # type: ignore[union-attr]
+    if baseline is not None and base_ok:
+        pairs = [_gain(w, b, sign) for w in winner.measured for b in baseline.measured]
         finite = [g for g in pairs if g is not None]
         gain_range = (min(finite), max(finite)) if finite else None
     return Verdict(winner, True, value, baseline, base_value, _gain(value, base_value, sign), gain_range, flaky,

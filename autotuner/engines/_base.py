@@ -125,7 +125,7 @@ class Engine:
         for name, values in choices.items():
             allowed = self.flags[name].choices
             bad = [v for v in values if allowed is not None and v not in allowed]
-            if bad:
+            if bad and allowed is not None:  # bad is empty when allowed is None
                 raise EngineError(f"'{name}': {bad[0]!r} is not accepted by {self.name} (accepted: {list(allowed)})")
 
     def tuning_args(self, params: Mapping[str, Any]) -> list[str]:

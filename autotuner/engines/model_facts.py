@@ -33,7 +33,7 @@ def read_model_facts(model_path: Path) -> dict[str, int]:
         return {}
     if not isinstance(config, dict):
         return {}
-    text = config.get("text_config") if isinstance(config.get("text_config"), dict) else {}
+    text: dict[str, Any] = config["text_config"] if isinstance(config.get("text_config"), dict) else {}
     facts: dict[str, int] = {}
     for name, keys in _KEYS.items():
         for source in (text, config):

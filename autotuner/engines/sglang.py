@@ -126,7 +126,9 @@ class SglangEngine(Engine):
             broken.append(f"TP x PP x DP = {tp}x{pp}x{dp} = {world} GPUs, more than the {gpus} the experiment "
                           "declares (hardware.gpus)")
         if ep > 1 and tp % ep:
-            broken.append(f"ep_size = {ep} must divide tp_size = {tp} (SGLang's expert parallel lives inside the TP group)")
+            broken.append(
+                f"ep_size = {ep} must divide tp_size = {tp} (SGLang's expert parallel lives inside the TP group)"
+            )
         if attn_dp > 1 and tp % attn_dp:
             broken.append(f"attn_dp_size = {attn_dp} must divide tp_size = {tp}")
         heads = context.get("num_attention_heads")

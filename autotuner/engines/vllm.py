@@ -51,7 +51,7 @@ def parse_layout(value: str) -> dict[str, int]:
     m = _LAYOUT.fullmatch(str(value))
     if not m:
         raise EngineError(f"parallel_layout {value!r} is not of the form TP<n>[xPP<n>][xDP<n>] (e.g. TP4xPP2)")
-    return dict(zip(_SIZES, (int(g or 1) for g in m.groups())))
+    return dict(zip(_SIZES, (int(g or 1) for g in m.groups()), strict=False))
 
 
 class LayoutFlag(Flag):
@@ -62,10 +62,11 @@ class LayoutFlag(Flag):
         m = _LAYOUT.fullmatch(str(value))
         if not m:
             parse_layout(value)  # raises with the expected form
+            raise AssertionError(f"parse_layout accepted {value!r}")  # unreachable
         args: list[str] = []
-        for name, size in zip(_SIZES, m.groups()):  # only the sizes the layout names
+        for name, size in zip(_SIZES, m.groups(), strict=False):  # only the sizes the layout names
             if size is not None:
-                args += [FLAGS[name].flag, size]  # type: ignore[list-item]
+                args += [FLAGS[name].flag, size]  # type: ignore[list-item]  # layout params all have a flag
         return args
 
 
@@ -310,10 +311,10 @@ def _parse_engine_args(args: list[str] | tuple[str, ...]) -> dict[str, Any]:
             name, value = switches[key]
             values[name] = value
         elif key in by_flag:
-            value = inline if inline else (args[i + 1] if i + 1 < len(args) else None)
+            given = inline if inline else (args[i + 1] if i + 1 < len(args) else None)
             if not inline:
                 i += 1
-            values[by_flag[key]] = _number(value)
+            values[by_flag[key]] = _number(given)
         i += 1
     return values
 

@@ -22,8 +22,8 @@ def make_launcher(exp: Experiment, *, state_dir: Path | None = None,
     """
     cfg = exp.config
     if cfg.launcher == "process":
-        from autotuner.util import paths
         from autotuner.launchers.process import ProcessLauncher
+        from autotuner.util import paths
 
         return ProcessLauncher(state_dir or paths.cache_dir() / "processes")
     if cfg.launcher == "docker":

@@ -35,14 +35,31 @@ from typing import Any
 
 import docker
 from docker.errors import APIError, DockerException, ImageNotFound, NotFound
-from docker.types import DeviceRequest, Mount
+from docker.types import DeviceRequest
+from docker.types import Mount as DockerMount
 
 from autotuner.config import DockerConfig
 from autotuner.engines._base import Engine, LaunchContext, LaunchSpec
-from autotuner.launchers.docker_command import (Gpus, Mount, container_context, container_gpus, container_path,
-                                                docker_run_line, environment, mounts)
-from autotuner.launchers._base import (EngineExited, Handle, LaunchError, NotReady, owner_alive, tail, this_owner,
-                                       wait_healthy)
+from autotuner.launchers._base import (
+    EngineExited,
+    Handle,
+    LaunchError,
+    NotReady,
+    owner_alive,
+    tail,
+    this_owner,
+    wait_healthy,
+)
+from autotuner.launchers.docker_command import (
+    Gpus,
+    Mount,
+    container_context,
+    container_gpus,
+    container_path,
+    docker_run_line,
+    environment,
+    mounts,
+)
 
 OWNER_LABEL = "autotuner.owner"  # host:pid:start of the tuner that started the container
 
@@ -182,16 +199,25 @@ class DockerLauncher:
             shm_size=self.settings.shm_size,
             mem_limit=self.settings.memory,
             memswap_limit=self.settings.memory,
-            mounts=[Mount(str(target), str(source), type="bind", read_only=ro) for source, target, ro in self.mounts],
+            mounts=[
+                DockerMount(str(target), str(source), type="bind", read_only=ro) for source, target, ro in self.mounts
+            ],
             device_requests=_device_requests(container_gpus(spec, self.settings)),
             cpuset_cpus=",".join(map(str, spec.cpu_ids)) or None,
             init=True,
         )
         try:
             created = api.create_container(
-                self.settings.image, entrypoint=spec.argv[:1], command=spec.argv[1:], environment=env, labels={**labels, OWNER_LABEL: self.owner},
-                ports=None if self.settings.network_host else [port], host_config=host_config,
-                stop_timeout=self.settings.stop_timeout_s, detach=True)
+                self.settings.image,
+                entrypoint=spec.argv[:1],
+                command=spec.argv[1:],
+                environment=env,
+                labels={**labels, OWNER_LABEL: self.owner},
+                ports=None if self.settings.network_host else [port],
+                host_config=host_config,
+                stop_timeout=self.settings.stop_timeout_s,
+                detach=True,
+            )
         except APIError as e:
             raise LaunchError(f"docker could not create the container: {_explain(e)}") from None
         container = self.client.containers.get(created["Id"])

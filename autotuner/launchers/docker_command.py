@@ -13,13 +13,12 @@ import shlex
 from collections.abc import Mapping, Sequence
 from dataclasses import replace
 from pathlib import Path, PurePosixPath
-from typing import Union
 
 from autotuner.config import DockerConfig
 from autotuner.engines._base import LaunchContext, LaunchSpec
 
 Mount = tuple[Path, PurePosixPath, bool]  # host source, container target, read-only
-Gpus = Union[str, int, Sequence[Union[int, str]], None]  # docker.gpus: "all", a count, device ids; None: no GPU
+Gpus = str | int | Sequence[int | str] | None  # docker.gpus: "all", a count, device ids; None: no GPU
 
 # A model path that is not on this machine (a GPU experiment read on a laptop) is a file only when it has
 # a known weights suffix: model folders are often named with dots (Llama-3.1-8B).
@@ -102,8 +101,8 @@ def docker_run_argv(settings: DockerConfig, mounted: Sequence[Mount], spec: Laun
         argv += ["--cpuset-cpus", ",".join(map(str, spec.cpu_ids))]
     for source, target, read_only in mounted:
         argv += ["-v", f"{source}:{target}" + (":ro" if read_only else "")]
-    for key, value in sorted(environment(spec, settings).items()):
-        argv += ["-e", key if value is None else f"{key}={value}"]
+    for name, env_value in sorted(environment(spec, settings).items()):
+        argv += ["-e", name if env_value is None else f"{name}={env_value}"]
     return argv + ["--stop-timeout", str(settings.stop_timeout_s), "--entrypoint", spec.argv[0],
                    image or settings.image, *spec.argv[1:]]
 

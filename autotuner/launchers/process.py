@@ -17,10 +17,16 @@ import sys
 from collections.abc import Callable
 from pathlib import Path
 
-
 from autotuner.engines._base import LaunchContext, LaunchSpec
-from autotuner.launchers._base import (EngineExited, Handle, owner_alive, process_start_time, tail, this_owner,
-                                       wait_healthy)
+from autotuner.launchers._base import (
+    EngineExited,
+    Handle,
+    owner_alive,
+    process_start_time,
+    tail,
+    this_owner,
+    wait_healthy,
+)
 
 _STOP_GRACE_S = 10.0
 _FAILURE_TAIL_LINES = 120  # enough to reach the telling line above a crash dump

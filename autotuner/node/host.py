@@ -84,7 +84,8 @@ def _gpus_from_smi() -> dict[str, Any] | None:
     out = _run(["nvidia-smi", "--query-gpu=index,name,driver_version,memory.total", "--format=csv,noheader,nounits"])
     if out is None:
         return None
-    gpus, driver = [], None
+    gpus: list[dict[str, Any]] = []
+    driver = None
     for line in out.strip().splitlines():
         parts = [p.strip() for p in line.split(",")]
         if len(parts) >= 4:

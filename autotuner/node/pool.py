@@ -20,9 +20,9 @@ from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from autotuner.util import locks
 from autotuner.config import ConfigError, ExperimentConfig
 from autotuner.launchers._base import owner_alive, this_owner
+from autotuner.util import locks
 
 POLL_S = 0.5
 
@@ -82,7 +82,7 @@ def node_pool(cfg: ExperimentConfig, parallel: int, gpus: str | None,
 
 
 def _confined_gpus(cfg: ExperimentConfig, environ: Mapping[str, str]) -> list[int] | None:
-    docker_gpus = cfg.docker.gpus if cfg.launcher == "docker" else None
+    docker_gpus = cfg.docker.gpus if cfg.launcher == "docker" and cfg.docker is not None else None
     if isinstance(docker_gpus, list) and all(str(g).isdigit() for g in docker_gpus):
         return [int(g) for g in docker_gpus]
     visible = environ.get("CUDA_VISIBLE_DEVICES", "").split(",")

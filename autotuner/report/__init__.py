@@ -25,10 +25,10 @@ from rich.console import Console
 from rich.table import Table
 
 from autotuner.core import record, winner
-from autotuner.report import diagnosis
 from autotuner.core.study import verdict as study_verdict
-from autotuner.util.files import write_atomically
 from autotuner.engines._base import Engine
+from autotuner.report import diagnosis
+from autotuner.util.files import write_atomically
 
 LATENCY_COLUMNS = ("ttft_ms_p99", "tpot_ms_p99", "e2e_ms_p99")
 LOW_IMPORTANCE = 0.05
@@ -352,7 +352,7 @@ def _measured_as(s: StudySummary, row: TrialRow) -> str:
 
 def _objectives(s: StudySummary) -> str:
     return " against ".join(f"{m} ({'higher' if d == 'maximize' else 'lower'} is better)"
-                            for m, d in zip(s.metrics, s.directions))
+                            for m, d in zip(s.metrics, s.directions, strict=False))
 
 
 def front_lines(s: StudySummary, engine: Engine | None) -> tuple[list[str], list[list[str]]]:
@@ -438,10 +438,14 @@ def to_markdown(s: StudySummary, engine: Engine | None = None, command: str | No
             lat = " | ".join(_fmt(r.metrics.get(c)) for c in LATENCY_COLUMNS)
             out.append(f"| #{r.number} | {r.median:,.1f} | {_spread_text(r)} | {lat} | {r.limit} | "
                        f"`{config_text(r, engine)}` |")
-        out += ["", "spread: ± is how much the rate moved within the measurement (coefficient of variation "
-                "over time windows); n=k: the confirmation round's k launches (interleaved with the baseline) and their "
-                "range; flaky: a confirmation launch failed. Rows with n=k are ranked by median, the rest by their "
-                "single measurement.", ""]
+        out += [
+            "",
+            "spread: ± is how much the rate moved within the measurement (coefficient of variation "
+            "over time windows); n=k: the confirmation round's k launches (interleaved with the baseline) and their "
+            "range; flaky: a confirmation launch failed. Rows with n=k are ranked by median, the rest by their "
+            "single measurement.",
+            "",
+        ]
         out += ["## Limits and plateaus", ""]
         for r in s.top:
             out.append(f"- #{r.number}: {r.limit}: {r.limit_why}" + (f"; {r.plateau}" if r.plateau else ""))
@@ -519,14 +523,14 @@ def _render_front(summary: StudySummary, engine: Engine, console: Console) -> No
     table = Table(title=f"Pareto front of study '{summary.study_name}'")
     for name in header:
         table.add_column(name, justify="left" if name == "config" else "right", overflow="fold")
-    for row in rows:
-        table.add_row(*row)
+    for cells in rows:
+        table.add_row(*cells)
     console.print(table)
     _render_outcomes(summary, console)
     console.print(verdict(summary), soft_wrap=True, markup=False, highlight=False)
     for row in summary.front:
         if row.command:
-            values = ", ".join(f"{m} {_fmt(v)}" for m, v in zip(summary.metrics, row.values))
+            values = ", ".join(f"{m} {_fmt(v)}" for m, v in zip(summary.metrics, row.values, strict=False))
             console.print(f"#{row.number} ({values}):", markup=False, highlight=False, soft_wrap=True)
             console.print(row.command, markup=False, highlight=False, soft_wrap=True)
 
@@ -551,7 +555,7 @@ def write_best(summary: StudySummary, command: str | None, folder: Path,
                    "gain_range": summary.gain_range, "confirmed": summary.confirmed, "flaky": summary.flaky,
                    "verdict": verdict(summary), "command": command})
     if summary.front:  # several objectives: the answer is the front; "best" is its best on the first metric
-        data["front"] = _clean([{"trial": r.number, "values": dict(zip(summary.metrics, r.values)),
+        data["front"] = _clean([{"trial": r.number, "values": dict(zip(summary.metrics, r.values, strict=False)),
                                  "params": r.params, "baseline": r.baseline, "command": r.command}
                                 for r in summary.front])
     write_atomically(path, json.dumps(data, indent=2))

@@ -105,7 +105,7 @@ def load_plateau(levels: Sequence[Mapping[str, Any]], metric: str) -> Plateau | 
     if len(usable) < 2:
         return None
     ordered = sorted(usable, key=_load)
-    for a, b in zip(ordered, ordered[1:]):
+    for a, b in zip(ordered, ordered[1:], strict=False):
         va, vb = float(a[metric]), float(b[metric])
         gain = (vb - va) / va if va > 0 else math.inf
         if gain < PLATEAU_GAIN:
@@ -146,7 +146,9 @@ def param_trends(trials: Sequence[tuple[Mapping[str, Any], float]], maximize: bo
         best_x, best_v = points[best_i]
         spread = (max(values) - min(values)) / abs(best_v) if best_v else 0.0
         if spread < PLATEAU_GAIN:
-            out.append(ParamTrend(name, points, f"{name} barely matters here (best and worst within {spread:.0%})", None))
+            out.append(
+                ParamTrend(name, points, f"{name} barely matters here (best and worst within {spread:.0%})", None)
+            )
             continue
         # the smallest param value whose best is within PLATEAU_GAIN of the overall best
         near = next(x for x, v in points if abs(v - best_v) <= PLATEAU_GAIN * abs(best_v))

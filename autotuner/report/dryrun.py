@@ -18,11 +18,11 @@ import optuna
 from optuna.trial import TrialState
 
 from autotuner.config import Experiment
-from autotuner.engines._base import Engine, value_text
-from autotuner.core.launch import planned
-from autotuner.engines.model_facts import feasibility_context
 from autotuner.config.space import SearchSpace
+from autotuner.core.launch import planned
 from autotuner.core.study import make_sampler
+from autotuner.engines._base import Engine, value_text
+from autotuner.engines.model_facts import feasibility_context
 
 DRY_RUN_PORT = 8000
 

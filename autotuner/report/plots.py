@@ -67,7 +67,7 @@ def _figures(study: optuna.Study, importances: bool) -> tuple[dict[str, object],
             with warnings.catch_warnings():
                 warnings.simplefilter("ignore")
                 kwargs = _target(study, name, multi)
-                figs[name] = fn(study, **kwargs)  # type: ignore[operator]
+                figs[name] = fn(study, **kwargs)  # type: ignore[operator]  # optuna plot functions, typed loosely
         except Exception as e:  # noqa: BLE001 - a plot that cannot be drawn is a note, not a failure
             skipped[name] = f"{type(e).__name__}: {e}"
         seconds[name] = time.perf_counter() - t
@@ -99,7 +99,7 @@ def write_plots(study: optuna.Study, folder: Path, *, importances: bool = True, 
     for name, fig in figs.items():
         path = folder / f"{name}.html"
         with replacing(path) as tmp:
-            fig.write_html(str(tmp), include_plotlyjs="directory", full_html=True)  # type: ignore[attr-defined]
+            fig.write_html(str(tmp), include_plotlyjs="directory", full_html=True)  # type: ignore[attr-defined]  # plotly Figure, untyped here
         result.files.append(path)
     result.files.append(_combined(study, figs, folder / "study.html"))
     result.seconds["html"] = time.perf_counter() - t
@@ -118,7 +118,7 @@ def _combined(study: optuna.Study, figs: dict[str, object], path: Path) -> Path:
     first = True
     for name, fig in figs.items():
         parts.append(f"<h2>{name.replace('_', ' ')}</h2>")
-        parts.append(fig.to_html(full_html=False, include_plotlyjs=first))  # type: ignore[attr-defined]
+        parts.append(fig.to_html(full_html=False, include_plotlyjs=first))  # type: ignore[attr-defined]  # plotly Figure
         first = False
     parts.append("</body></html>")
     write_atomically(path, "\n".join(parts))
@@ -159,6 +159,6 @@ def _matplotlib_pngs(study: optuna.Study, names: list[str], folder: Path) -> lis
             fig.savefig(path, dpi=100, bbox_inches="tight")
             plt.close(fig)
             written.append(path)
-        except Exception:  # noqa: BLE001
+        except Exception:  # noqa: BLE001 - a PNG that cannot be drawn is left out
             continue
     return written

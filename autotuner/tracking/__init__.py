@@ -19,6 +19,7 @@ server log, requests.jsonl, server_metrics.jsonl, bench.json, the resolved exper
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 import time
@@ -32,8 +33,8 @@ from optuna.trial import FrozenTrial, TrialState
 from tenacity import Retrying, stop_after_attempt, wait_exponential
 
 from autotuner.core import record
-from autotuner.util import locks
 from autotuner.core.callbacks import Series, StudyCallback
+from autotuner.util import locks
 
 LEVEL_PREFIX = "level/"  # per-load-level series (step = level index); plain names hold the trial's result
 STUDY_TAG = "autotuner.study"
@@ -71,9 +72,14 @@ def trial_record(trial: FrozenTrial, artifact_dir: Path, metric: str, direction:
         status = "KILLED"
     levels = list(attrs.get("levels") or [])
     timings = attrs.get("timings") or {}
-    tags = {**common_tags, "autotuner.trial": str(trial.number), "autotuner.state": state,
-            "autotuner.failure_class": failure or "", "autotuner.failure_reason": (attrs.get("failure_reason") or "")[:5000],
-            "autotuner.baseline": str(bool(attrs.get("baseline"))).lower()}
+    tags = {
+        **common_tags,
+        "autotuner.trial": str(trial.number),
+        "autotuner.state": state,
+        "autotuner.failure_class": failure or "",
+        "autotuner.failure_reason": (attrs.get("failure_reason") or "")[:5000],
+        "autotuner.baseline": str(bool(attrs.get("baseline"))).lower(),
+    }
     if attrs.get("engine_version"):
         tags["autotuner.engine_version"] = attrs["engine_version"]
     if attrs.get("reused_from") is not None:
@@ -185,6 +191,7 @@ class MlflowTracker:
             self.parent_run_id = found[0].info.run_id
             self.client.update_run(self.parent_run_id, status="RUNNING")
             return self.parent_run_id
+        assert self.experiment_id is not None  # created or found above
         run = self.client.create_run(self.experiment_id, run_name=study_name,
                                      tags={ROLE_TAG: "study", STUDY_TAG: study_name, **tags})
         # Workers starting at once may each create one: all keep the oldest, the others delete theirs.
@@ -198,6 +205,7 @@ class MlflowTracker:
 
     def _parent_runs(self, study_name: str) -> list[Any]:
         """The study's parent runs, oldest first (ties: by run id, so every worker picks the same)."""
+        assert self.experiment_id is not None  # set by start_study
         runs = self.client.search_runs(
             [self.experiment_id], filter_string=f"tags.`{ROLE_TAG}` = 'study' and tags.`{STUDY_TAG}` = '{study_name}'",
             max_results=100)
@@ -207,6 +215,7 @@ class MlflowTracker:
         query = f"tags.`mlflow.parentRunId` = '{self.parent_run_id}'"
         if status:
             query += f" and attributes.status = '{status}'"
+        assert self.experiment_id is not None  # set by start_study
         runs, token = [], None
         while True:
             page = self.client.search_runs([self.experiment_id], filter_string=query, max_results=1000,
@@ -307,7 +316,7 @@ class MlflowTracker:
         batch = [Metric(k, float(v), ts, step) for k, v, step, ts in points if v == v]  # NaN left out
         for i in range(0, len(batch), 1000):  # MLflow's limit per batch
             chunk = batch[i:i + 1000]
-            self._safe("server metrics", lambda: self.client.log_batch(run_id, metrics=chunk))
+            self._safe("server metrics", functools.partial(self.client.log_batch, run_id, metrics=chunk))
 
     # --- helpers --------------------------------------------------------------------------------------
 
@@ -401,5 +410,7 @@ class MlflowStudyLog(StudyCallback):
         """Log to MLflow what it missed while it was unreachable (the Optuna storage is the truth)."""
         if self.study is None or not (force or self.tracker.missed):
             return
-        finished = self.study.get_trials(deepcopy=False, states=(TrialState.COMPLETE, TrialState.FAIL, TrialState.PRUNED))
+        finished = self.study.get_trials(
+            deepcopy=False, states=(TrialState.COMPLETE, TrialState.FAIL, TrialState.PRUNED)
+        )
         self.tracker.backfill([self.record(t) for t in finished], force=force)

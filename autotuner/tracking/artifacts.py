@@ -16,23 +16,23 @@ from __future__ import annotations
 
 import json
 import time
-from pathlib import Path
 from collections.abc import Mapping
-from typing import Any
+from pathlib import Path
+from typing import Any, cast
 
 import optuna
 import yaml
 from optuna.trial import FrozenTrial
 
 from autotuner import report
-from autotuner.core import launch
-from autotuner.report import export, plots
 from autotuner.config import Experiment, FloatParam, IntParam
-from autotuner.util.secrets import Redactor
+from autotuner.core import launch
+from autotuner.core.callbacks import Series, StudyCallback
 from autotuner.core.study import best_trial, primary_value
 from autotuner.engines._base import Engine
-from autotuner.core.callbacks import Series, StudyCallback
+from autotuner.report import export, plots
 from autotuner.tracking import MlflowTracker
+from autotuner.util.secrets import Redactor
 
 
 def settings(exp: Experiment) -> dict[str, Any]:
@@ -55,7 +55,9 @@ def settings(exp: Experiment) -> dict[str, Any]:
 
 
 def bounds(exp: Experiment) -> dict[str, tuple[float, float]]:
-    return {n: (float(p.low), float(p.high)) for n, p in exp.space.params.items() if isinstance(p, (IntParam, FloatParam))}
+    return {
+        n: (float(p.low), float(p.high)) for n, p in exp.space.params.items() if isinstance(p, (IntParam, FloatParam))
+    }
 
 
 def target(exp: Experiment) -> float | None:
@@ -72,7 +74,9 @@ def resolved_experiment(exp: Experiment) -> str:
     """The experiment as the study ran it: paths resolved, the search space inlined (YAML)."""
     data = exp.config.model_dump(mode="json")
     data["model"]["path"] = str(exp.model_path)
-    for volume, config in zip((data.get("docker") or {}).get("volumes", []), getattr(exp.config.docker, "volumes", [])):
+    for volume, config in zip(
+        (data.get("docker") or {}).get("volumes", []), getattr(exp.config.docker, "volumes", []), strict=False
+    ):
         volume["host"] = str((exp.source.parent / config.host).resolve())  # read back, the file's folder is gone
     data["search_space"] = exp.space.model_dump(mode="json", exclude_defaults=True)
     return (f"# {exp.source} with paths resolved and {exp.space_path} inlined\n"
@@ -149,7 +153,7 @@ class StudyArtifacts(StudyCallback):
         best = best_trial(self.study)
         finished = [t.number for t in self.study.get_trials(deepcopy=False) if t.state.is_finished()]
         if best is not None and finished and self.tracker.parent_run_id:
-            metrics = {f"best_so_far_{metric}": primary_value(best)}
+            metrics = {f"best_so_far_{metric}": cast(float, primary_value(best))}  # a completed trial: has values
             if self.exp.config.objective.multi:
                 metrics["pareto_front_size"] = len(self.study.best_trials)
             self.tracker.log_step(self.tracker.parent_run_id, max(finished), metrics)
@@ -224,7 +228,9 @@ def experiment_from_text(text: str, source: str) -> Experiment:
                       space_path=Path(source))
 
 
-def open_existing(exp: Experiment | None, storage: str | None, study_name: str | None) -> tuple[optuna.Study, Experiment]:
+def open_existing(
+    exp: Experiment | None, storage: str | None, study_name: str | None
+) -> tuple[optuna.Study, Experiment]:
     """The study to report on: by `storage` and `study_name`, defaulting to the experiment's. The
     experiment is the one the study recorded when it has one, else `exp`. Raises ConfigError."""
     from autotuner.config import ConfigError
@@ -239,7 +245,7 @@ def open_existing(exp: Experiment | None, storage: str | None, study_name: str |
     except KeyError:
         try:
             names = [s.study_name for s in optuna.get_all_study_summaries(storage)]
-        except Exception:  # noqa: BLE001
+        except Exception:  # noqa: BLE001 - the names only decorate the error below
             names = []
         raise ConfigError(f"no study '{name}' in {storage} (studies: {', '.join(names) or 'none'})") from None
     except Exception as e:  # noqa: BLE001 - SQLAlchemy errors for unreadable storages

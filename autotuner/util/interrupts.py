@@ -42,5 +42,5 @@ class StopRequests:
 
     def __exit__(self, *exc: object) -> None:
         for sig, handler in self._previous.items():
-            signal.signal(sig, handler)  # type: ignore[arg-type]
+            signal.signal(sig, handler)  # type: ignore[arg-type]  # getsignal may give None (a C handler)
         self._previous.clear()

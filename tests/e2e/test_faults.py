@@ -16,11 +16,11 @@ import pytest
 from mlflow.tracking import MlflowClient
 
 from autotuner.config import load_experiment
+from autotuner.core.driver import StudyDriver
+from autotuner.core.progress import Progress
 from autotuner.engines._base import get_engine
 from autotuner.launchers.process import ProcessLauncher
-from autotuner.core.progress import Progress
 from autotuner.tracking import MlflowTracker, default_tracking_uri
-from autotuner.core.driver import StudyDriver
 
 pytestmark = pytest.mark.engine
 REPO = Path(__file__).resolve().parents[2]

@@ -28,7 +28,7 @@ def test_two_tuners_share_one_sqlite_study(tmp_path, tiny_model, llama_server):
                               cwd=tmp_path, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
              for _ in range(2)]
     outs = [p.communicate(timeout=300) for p in procs]
-    for p, (out, err) in zip(procs, outs):
+    for p, (_out, err) in zip(procs, outs, strict=True):  # one output per process
         assert p.returncode == 0, err[-3000:]
     trials = optuna.load_study(study_name="shared", storage=f"sqlite:///{tmp_path}/autotuner.db").get_trials()
     assert len(trials) == 8

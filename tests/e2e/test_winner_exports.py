@@ -20,19 +20,19 @@ import optuna
 import pytest
 from typer.testing import CliRunner
 
-from autotuner.core import launch
 from autotuner.cli import app
 from autotuner.config import load_experiment
+from autotuner.config.space import SearchSpace
+from autotuner.core import launch
+from autotuner.core.study import make_sampler, open_study
 from autotuner.engines._base import get_engine
+from autotuner.engines.model_facts import feasibility_context
 from autotuner.launchers.docker import DockerLauncher
 from autotuner.launchers.docker_command import container_gpus, docker_run_argv
 from autotuner.launchers.process import ProcessLauncher
-from autotuner.engines.model_facts import feasibility_context
 from autotuner.node.pool import Pool, pack
-from autotuner.config.space import SearchSpace
-from autotuner.core.study import make_sampler, open_study
-from autotuner.tracking.artifacts import StudyArtifacts, experiment_from_text, resolved_experiment
 from autotuner.tracking import MlflowTracker
+from autotuner.tracking.artifacts import StudyArtifacts, experiment_from_text, resolved_experiment
 
 REPO = Path(__file__).resolve().parents[2]
 EXPERIMENTS = sorted((REPO / "experiments").glob("*.yaml"))

@@ -16,12 +16,12 @@ from mlflow.tracking import MlflowClient
 from optuna.trial import TrialState
 
 from autotuner.config import load_experiment
-from autotuner.engines._base import get_engine
-from autotuner.launchers.process import ProcessLauncher
+from autotuner.core.driver import StudyDriver
 from autotuner.core.objective import meets
 from autotuner.core.progress import Progress
+from autotuner.engines._base import get_engine
+from autotuner.launchers.process import ProcessLauncher
 from autotuner.tracking import MlflowTracker
-from autotuner.core.driver import StudyDriver
 
 pytestmark = pytest.mark.engine
 REPO = Path(__file__).resolve().parents[2]

@@ -16,8 +16,8 @@ from pathlib import Path
 
 import pytest
 
-from autotuner.util import paths
 from autotuner.engines._base import get_engine
+from autotuner.util import paths
 from tests.conftest import _require
 from tests.engine_samples import emitted_argvs, env_names, launch_args, param_values
 

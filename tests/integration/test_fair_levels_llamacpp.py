@@ -13,11 +13,11 @@ from pathlib import Path
 import pytest
 
 from autotuner.config import load_experiment
+from autotuner.core.driver import StudyDriver
+from autotuner.core.progress import Progress
 from autotuner.engines._base import get_engine
 from autotuner.launchers.process import ProcessLauncher
-from autotuner.core.progress import Progress
 from autotuner.tracking import MlflowTracker
-from autotuner.core.driver import StudyDriver
 
 pytestmark = pytest.mark.engine
 INPUT_LEN = 48

@@ -84,14 +84,14 @@ def test_ttft_itl_and_token_counts_match_the_server_truth(endpoint: str) -> None
         assert result.completed == 16 and result.failed == 0
         arrival_lags, ttft_errors, gap_errors, schedule_errors = [], [], [], []
         ttfts_true, itls_true, tpots_true = [], [], []
-        for prompt, record in zip(prompts_of(workload), records):
+        for prompt, record in zip(prompts_of(workload), records, strict=False):
             served = truth[prompt]
             assert record.usage_reported
             assert record.output_tokens == 6 and record.prompt_tokens == 24
             # Exactly one time per token: the chat role chunk and the empty finish chunk do not count.
             assert len(record.chunk_times_ns) == len(served.token_sent_ns) == 6
-            arrival_lags += [seen - sent for seen, sent in zip(record.chunk_times_ns, served.token_sent_ns)]
-            assert all(seen >= sent for seen, sent in zip(record.chunk_times_ns, served.token_sent_ns))
+            arrival_lags += [seen - sent for seen, sent in zip(record.chunk_times_ns, served.token_sent_ns, strict=False)]
+            assert all(seen >= sent for seen, sent in zip(record.chunk_times_ns, served.token_sent_ns, strict=False))
             # TTFT as measured vs. as it truly was for this client (server's first write - client's start).
             assert record.first_token_ns is not None
             ttft_true = served.token_sent_ns[0] - record.start_ns
@@ -101,7 +101,7 @@ def test_ttft_itl_and_token_counts_match_the_server_truth(endpoint: str) -> None
             server_gaps = [b - a for a, b in pairwise(served.token_sent_ns)]
             itls_true += [g / MS for g in server_gaps]
             tpots_true.append((served.token_sent_ns[-1] - served.token_sent_ns[0]) / MS / 5)
-            gap_errors += [seen - sent for seen, sent in zip(client_gaps, server_gaps)]
+            gap_errors += [seen - sent for seen, sent in zip(client_gaps, server_gaps, strict=False)]
             schedule_errors.append((served.token_sent_ns[0] - served.received_ns) - 30 * MS)
         # The server kept its schedule, so the level's statistics mean what the config says.
         assert statistics.median(schedule_errors) < 2 * TOLERANCE_NS, schedule_errors  # the instrument
@@ -257,10 +257,10 @@ def test_plain_httpx_transport_gives_the_same_measurements() -> None:
             truth = served_by_prompt(server)
         assert result.failed == 0
         lags_ns = []
-        for prompt, record in zip(prompts_of(workload), records):
+        for prompt, record in zip(prompts_of(workload), records, strict=False):
             sent = truth[prompt].token_sent_ns
             assert len(record.chunk_times_ns) == 5 == record.output_tokens
-            lags_ns += [seen - s for seen, s in zip(record.chunk_times_ns, sent)]
+            lags_ns += [seen - s for seen, s in zip(record.chunk_times_ns, sent, strict=False)]
         assert_lags_within_tolerance("chunk arrival - server send", lags_ns)
 
     with_timing_retries(check)
@@ -374,7 +374,7 @@ def test_chunked_decoder_handles_any_split() -> None:
         cuts = sorted(rng.sample(range(1, len(wire)), rng.randint(1, 12)))
         decoder = _ChunkedDecoder()
         out = b""
-        for a, b in zip([0, *cuts], [*cuts, len(wire)]):
+        for a, b in zip([0, *cuts], [*cuts, len(wire)], strict=False):
             out += decoder.feed(wire[a:b])
         assert out == b"".join(payloads)
         assert decoder.done

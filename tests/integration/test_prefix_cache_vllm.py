@@ -14,11 +14,11 @@ from pathlib import Path
 import pytest
 
 from autotuner.config import load_experiment
+from autotuner.core.driver import StudyDriver
+from autotuner.core.progress import Progress
 from autotuner.engines._base import get_engine
 from autotuner.launchers.process import ProcessLauncher
-from autotuner.core.progress import Progress
 from autotuner.tracking import MlflowTracker
-from autotuner.core.driver import StudyDriver
 from tests.conftest import processes_with_env
 
 pytestmark = [pytest.mark.engine, pytest.mark.slow]

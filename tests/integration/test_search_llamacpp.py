@@ -4,17 +4,15 @@ convergence before its trial budget, then confirms its best configurations."""
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import pytest
 from optuna.trial import TrialState
 
 from autotuner.config import load_experiment
+from autotuner.core.driver import StudyDriver
+from autotuner.core.progress import Progress
 from autotuner.engines._base import get_engine
 from autotuner.launchers.process import ProcessLauncher
-from autotuner.core.progress import Progress
 from autotuner.tracking import MlflowTracker
-from autotuner.core.driver import StudyDriver
 
 pytestmark = pytest.mark.engine
 

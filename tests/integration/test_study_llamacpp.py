@@ -6,17 +6,16 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-import optuna
 import pytest
 from mlflow.tracking import MlflowClient
 from optuna.trial import TrialState
 
 from autotuner.config import load_experiment
+from autotuner.core.driver import StudyDriver
+from autotuner.core.progress import Progress
 from autotuner.engines._base import get_engine
 from autotuner.launchers.process import ProcessLauncher
-from autotuner.core.progress import Progress
 from autotuner.tracking import MlflowTracker, default_tracking_uri
-from autotuner.core.driver import StudyDriver
 
 pytestmark = pytest.mark.engine
 

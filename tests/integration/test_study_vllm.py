@@ -14,12 +14,12 @@ import pytest
 from optuna.trial import TrialState
 
 from autotuner.config import load_experiment
+from autotuner.core.driver import StudyDriver
+from autotuner.core.progress import Progress
 from autotuner.engines._base import LaunchContext, get_engine
 from autotuner.launchers._base import EngineExited, free_port
 from autotuner.launchers.process import ProcessLauncher
-from autotuner.core.progress import Progress
 from autotuner.tracking import MlflowTracker
-from autotuner.core.driver import StudyDriver
 from tests.conftest import processes_with_env
 
 pytestmark = [pytest.mark.engine, pytest.mark.slow]

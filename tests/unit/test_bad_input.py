@@ -3,12 +3,10 @@ the file and the field (or resource), before anything is started or written."""
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import pytest
 
-from autotuner.core import preflight
 from autotuner.config import ConfigError, load_experiment
+from autotuner.core import preflight
 
 SPACE = "engine: llamacpp\nparams:\n  parallel: {type: int, low: 1, high: 8}\n  flash_attn: {type: categorical, choices: ['on', 'off']}\n"
 EXP = "name: t\nengine: llamacpp\nmodel: {path: m.gguf}\nsearch_space: s.yaml\n"

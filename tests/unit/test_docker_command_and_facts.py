@@ -6,10 +6,10 @@ import json
 import shlex
 from pathlib import Path
 
-from autotuner.engines._base import LaunchContext, LaunchSpec, get_engine
 from autotuner.config import DockerConfig
-from autotuner.launchers.docker_command import container_context, docker_run_argv, docker_run_line, mounts
+from autotuner.engines._base import LaunchContext, LaunchSpec, get_engine
 from autotuner.engines.model_facts import read_model_facts
+from autotuner.launchers.docker_command import container_context, docker_run_argv, docker_run_line, mounts
 
 
 def test_docker_run_line_for_an_eight_gpu_vllm_launch():

@@ -8,8 +8,8 @@ from pathlib import Path
 import pytest
 import yaml
 
-from autotuner.report import export
 from autotuner.engines._base import LaunchContext, LaunchSpec, get_engine
+from autotuner.report import export
 
 PARAMS = {"parallel": 8, "threads": 2, "threads_batch": 2, "cont_batching": False, "flash_attn": "on",
           "cache_type_v": "q8_0", "kv_unified": True}

@@ -6,9 +6,9 @@ from pathlib import Path
 
 from autotuner.config import load_experiment
 from autotuner.core.driver import StudyDriver
+from autotuner.core.progress import Progress
 from autotuner.engines._base import get_engine
 from autotuner.launchers.process import ProcessLauncher
-from autotuner.core.progress import Progress
 from autotuner.tracking import MlflowTracker
 
 

@@ -13,11 +13,11 @@ from rich.console import Console
 
 from autotuner import report
 from autotuner.config import ObjectiveConfig
-from autotuner.engines._base import get_engine
 from autotuner.core.objective import SloViolated, trial_values
 from autotuner.core.sampling import FAILURE_CONSTRAINT
 from autotuner.core.stopping import decide_front, front_converged
 from autotuner.core.study import _base_sampler, best_trial, make_sampler, primary_value
+from autotuner.engines._base import get_engine
 
 TWO = ObjectiveConfig(metrics=["output_tok_per_s", "ttft_ms_p99"], directions=["maximize", "minimize"],
                       slo={"ttft_ms_p99": 1000})

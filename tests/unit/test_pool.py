@@ -4,11 +4,11 @@ lease file that keeps processes on one node from ever being handed the same unit
 from __future__ import annotations
 
 import json
-import tempfile
-import time
 import random
 import subprocess
 import sys
+import tempfile
+import time
 
 import pytest
 

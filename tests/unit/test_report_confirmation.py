@@ -8,8 +8,8 @@ import pytest
 from optuna.distributions import IntDistribution
 
 from autotuner import report
-from autotuner.report import summarize
 from autotuner.core.study import best_trial, verdict
+from autotuner.report import summarize
 
 
 def study_with(values: list[tuple[float, bool, dict]], confirmation: dict | None = None) -> optuna.Study:

@@ -74,10 +74,11 @@ def _has_torch() -> bool:
 def test_the_joint_model_survives_a_baseline_trial_and_conditional_params(tmp_path):
     """A real study as users run it (SQLite, the llama.cpp space with its conditional cache_type_v, the
     baseline trial first): TPE's relative (joint) search space holds every param."""
+    from pathlib import Path
+
     from autotuner.config import load_experiment
     from autotuner.config.space import SearchSpace
     from autotuner.core.study import open_study
-    from pathlib import Path
     repo = Path(__file__).resolve().parents[2]
     exp = load_experiment(repo / "experiments" / "quickstart.yaml")
     cfg = exp.config.model_copy(update={"study": exp.config.study.model_copy(

@@ -9,8 +9,15 @@ import time
 
 import pytest
 
-from autotuner.bench.server_metrics import (MetricsConnection, Sample, ServerMetricsSampler, canonical,
-                                            parse_prometheus, read_canonical, summarize)
+from autotuner.bench.server_metrics import (
+    MetricsConnection,
+    Sample,
+    ServerMetricsSampler,
+    canonical,
+    parse_prometheus,
+    read_canonical,
+    summarize,
+)
 
 LLAMACPP = """\
 # HELP llamacpp:prompt_tokens_total Number of prompt tokens processed, excluding cached tokens
@@ -143,7 +150,7 @@ def test_sampler_polls_on_its_own_thread_and_splits_samples_by_level():
     assert any(s.boundary for s in first) and any(s.boundary for s in second)  # each level's start and end
     # Every poll is one sample, in order, each in exactly one level.
     assert [s.values["requests_running"] for s in first + second] == list(range(1, len(first) + len(second) + 1))
-    assert all(a.t_s < b.t_s for a, b in zip(first, first[1:]))
+    assert all(a.t_s < b.t_s for a, b in zip(first, first[1:], strict=False))
     out = summarize(second, "vllm")
     # The counter's increase runs from the level's first (boundary) sample to its last.
     assert out["server_generation_tokens"] == 10 * (len(second) - 1)

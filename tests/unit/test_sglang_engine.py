@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from autotuner.util import paths
 from autotuner.engines._base import LaunchContext, get_engine
+from autotuner.util import paths
 from tests.engine_samples import emitted_argvs, launch_args, param_values
 
 RECORDED = json.loads((Path(__file__).resolve().parents[2] / "autotuner" / "engines" / "sglang_flags.json").read_text())
