@@ -472,6 +472,12 @@ def _md(text: Any) -> str:
 
 def to_json(s: StudySummary, command: str | None = None) -> dict[str, Any]:
     data = asdict(s)
+    # What each configuration is judged by (the winner rule), beside its first value.
+    for key in ("best", "baseline"):
+        if data.get(key) is not None:
+            data[key]["median"] = getattr(s, key).median
+    for row, obj in zip(data["top"], s.top, strict=True):
+        row["median"] = obj.median
     data.update(target_gap=s.target_gap, verdict=verdict(s), command=command)
     return _clean(data)
 
@@ -550,7 +556,7 @@ def write_best(summary: StudySummary, command: str | None, folder: Path,
         return None
     folder.mkdir(parents=True, exist_ok=True)
     path = folder / "best.json"
-    data = _clean({"study": summary.study_name, "metric": summary.metric, "best": asdict(summary.best),
+    data = _clean({"study": summary.study_name, "metric": summary.metric, "best": {**asdict(summary.best), "median": summary.best.median},
                    "baseline_value": summary.baseline_value, "gain": summary.gain,
                    "gain_range": summary.gain_range, "confirmed": summary.confirmed, "flaky": summary.flaky,
                    "verdict": verdict(summary), "command": command})

@@ -115,7 +115,7 @@ def test_malformed_heads_are_request_errors_that_free_the_slot_and_the_socket() 
             return bad, good, server
 
     bad, good, server = asyncio.run(go())
-    for record, head in zip(bad, MALFORMED_HEADS):
+    for record, head in zip(bad, MALFORMED_HEADS, strict=True):
         assert record.error is not None and record.error.startswith("RemoteProtocolError: bad "), (head, record.error)
     assert "content-length" in bad[0].error.lower() and "abc" in bad[0].error
     assert good.error is None and good.output_tokens == 1
