@@ -6,5 +6,5 @@
 #   scripts/lint.sh
 set -euo pipefail
 cd "$(dirname "$0")/.."
-.venv/bin/ruff check autotuner tests benchmarks scripts
-.venv/bin/mypy autotuner
+.venv/bin/python -m ruff check autotuner tests benchmarks scripts
+.venv/bin/python -m mypy autotuner

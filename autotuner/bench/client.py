@@ -470,7 +470,7 @@ def _framing(method: str, status: int, version: bytes,
              headers: list[tuple[bytes, bytes]]) -> tuple[str, int, bool]:
     """(framing, length, reusable) of a response body: framing is "chunked", "length" or "close"."""
     framing, length, reusable = "close", 0, version == b"HTTP/1.1"
-    lengths = set()
+    lengths: set[bytes] = set()
     for k, v in headers:
         name = k.lower()
         if name == b"transfer-encoding" and b"chunked" in v.lower():

@@ -556,7 +556,8 @@ def write_best(summary: StudySummary, command: str | None, folder: Path,
         return None
     folder.mkdir(parents=True, exist_ok=True)
     path = folder / "best.json"
-    data = _clean({"study": summary.study_name, "metric": summary.metric, "best": {**asdict(summary.best), "median": summary.best.median},
+    best = {**asdict(summary.best), "median": summary.best.median}
+    data = _clean({"study": summary.study_name, "metric": summary.metric, "best": best,
                    "baseline_value": summary.baseline_value, "gain": summary.gain,
                    "gain_range": summary.gain_range, "confirmed": summary.confirmed, "flaky": summary.flaky,
                    "verdict": verdict(summary), "command": command})
