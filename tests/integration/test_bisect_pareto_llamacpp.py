@@ -41,7 +41,7 @@ def test_load_search_finds_the_highest_concurrency_meeting_the_slo(tmp_path, sma
     exp = load_experiment(write_experiment(tmp_path, small_model, "bisect", [1, 4], """\
 workload: {num_prompts: 16, input_len: 8, output_len: 12, warmup_requests: 2}
 load: {search: {max_concurrency: [1, 16], steps: 4}}
-objective: {slo: {ttft_ms_p99: 800}, max_error_rate: 0.2}
+objective: {slo: {ttft_ms_p99: 2000}, max_error_rate: 0.2}  # one client: far below it even on a busy machine
 enqueue: [{parallel: 1}]   # one slot: 16 clients queue far past the SLO, one client does not
 """))
     tuner = StudyDriver(exp, engine=get_engine("llamacpp"), launcher=ProcessLauncher(tmp_path / "procs"),
