@@ -32,7 +32,7 @@ class Progress:
         """The phases that follow belong to a re-measurement of trial `number` (`what`: "#1 of 2", "the
         baseline"), not to the last trial."""
         self._label = f"confirm {measurement}/{measurements} · #{number}"
-        self.phase(f"confirming {what} (interleaved with the others and the baseline)")
+        self.phase(f"confirming {what} (one round, interleaved)")
 
     def trial_started(self, index: int, number: int, what: str) -> None:
         self._index, self._number, self._started = index, number, time.monotonic()
