@@ -6,8 +6,9 @@ every one of them and the baseline `--repeats` times, interleaved. From those la
 
 - the noise: each config's spread over its launches (coefficient of variation, and max/min - 1);
 - for each budget (top-k candidates, r launches each): how often `winner.decide` on r launches drawn
-  from the R measured names the same winner as all R do (the reference), over many draws; the
-  candidates are the top-k by their trial's single value, as the driver picks them, plus the baseline.
+  with replacement from the R measured (a bootstrap of what r fresh launches would give) names the
+  same winner as all R do (the reference), over many draws; the candidates are the top-k by their
+  trial's single value, as the driver picks them, plus the baseline.
 
     .venv/bin/python benchmarks/confirmation_budget.py [--repeats 6] [--draws 2000] [--keep DIR]
 
@@ -95,11 +96,11 @@ def main() -> None:
     by_first = sorted((c for c in full if not c.baseline), key=lambda c: -c.first)
     print(f"\nSame winner as the reference, share of {args.draws} draws (gain: median [5th-95th percentile])")
     print(f"{'top-k':>5} {'r':>3} {'launches':>8} {'same winner':>12} {'gain':>26}")
-    for k, r in itertools.product(range(1, len(by_first) + 1), range(1, args.repeats)):
+    for k, r in itertools.product(range(1, len(by_first) + 1), range(1, args.repeats + 1)):
         hits, gains = 0, []
         for _ in range(args.draws):
             pool = by_first[:k] + [c for c in full if c.baseline]
-            drawn = [Candidate(c.number, c.first, c.baseline, tuple(rng.sample(list(c.confirmations), r)))
+            drawn = [Candidate(c.number, c.first, c.baseline, tuple(rng.choices(list(c.confirmations), k=r)))
                      for c in pool]
             v = decide(drawn, "maximize")
             hits += v.winner is not None and v.winner.number == reference.winner.number
