@@ -11,6 +11,7 @@ every one of them and the baseline `--repeats` times, interleaved. From those la
   trial's single value, as the driver picks them, plus the baseline.
 
     .venv/bin/python benchmarks/confirmation_budget.py [--repeats 6] [--draws 2000] [--keep DIR]
+    .venv/bin/python benchmarks/confirmation_budget.py --analyze DIR   # a kept run, analysed again
 
 It measures and prints; it never asserts. On a shared 2-core machine the load generator shares the
 cores with the server: expect run-to-run noise of several percent.
@@ -65,13 +66,16 @@ def main() -> None:
     ap.add_argument("--draws", type=int, default=2000)
     ap.add_argument("--model", type=Path, default=REPO / "models" / "quickstart.gguf")
     ap.add_argument("--keep", type=Path, help="keep the study here (default: a temporary folder)")
+    ap.add_argument("--analyze", type=Path, help="analyse the study kept in this folder; measure nothing")
     args = ap.parse_args()
-    if paths.llama_server_binary() is None or not args.model.exists():
+    if not args.analyze and (paths.llama_server_binary() is None or not args.model.exists()):
         raise SystemExit("needs llama-server and the model: run scripts/setup.sh first")
     with tempfile.TemporaryDirectory() as tmp:
-        folder = args.keep or Path(tmp)
+        folder = args.analyze or args.keep or Path(tmp)
         folder.mkdir(parents=True, exist_ok=True)
-        study = run_study(folder, args.repeats, args.model)
+        study = (optuna.load_study(study_name="quickstart", storage=f"sqlite:///{folder}/autotuner.db")
+                 if args.analyze else run_study(folder, args.repeats, args.model))
+        args.repeats = max(len(v) for v in record.confirmation(study.user_attrs).values())
         trials = {t.number: record.view(t) for t in study.get_trials(deepcopy=False)}
         rounds = record.confirmation(study.user_attrs)
 
