@@ -212,6 +212,9 @@ def usage_note(result: LevelResult) -> str | None:
 _PER_REQUEST_SLO = {"e2e_ms_": 0, "ttft_ms_": 1, "tpot_ms_": 2}
 
 
+GOODPUT = "goodput_req_per_s"  # the level metric goodput() gives (it needs the SLO, so LevelResult lacks it)
+
+
 def goodput(records: Sequence[RequestRecord], duration_s: float, slo: Mapping[str, float]) -> float:
     """Requests per second that met every SLO, as `vllm bench serve --goodput` counts them (its
     calculate_metrics): good completed requests / the level's duration.

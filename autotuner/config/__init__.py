@@ -203,9 +203,9 @@ class LoadConfig(_Strict):
 
 def measured_metrics() -> frozenset[str]:
     """The names a load level measures: what an objective may optimize (bench/metrics.py's LevelResult)."""
-    from autotuner.bench.metrics import LevelResult  # local: bench imports nothing of config
+    from autotuner.bench.metrics import GOODPUT, LevelResult  # local: bench imports nothing of config
 
-    return frozenset(LevelResult.from_records([], 1.0).metrics())
+    return frozenset(LevelResult.from_records([], 1.0).metrics()) | {GOODPUT}
 
 
 class ObjectiveConfig(_Strict):

@@ -23,7 +23,7 @@ from typing import Any
 
 import optuna
 
-from autotuner.bench.metrics import LevelResult, goodput, usage_note
+from autotuner.bench.metrics import GOODPUT, LevelResult, goodput, usage_note
 from autotuner.bench.runner import run_level
 from autotuner.bench.server_metrics import ServerMetricsSampler
 from autotuner.bench.server_metrics import summarize as summarize_samples
@@ -212,7 +212,7 @@ class TrialExecutor:
             self.records.add_level(step, records)
             results.append(result)
             metrics = {**level, **result.metrics(), **spread_metrics(records),
-                       "goodput_req_per_s": goodput(records, result.duration_s, objective.slo),
+                       GOODPUT: goodput(records, result.duration_s, objective.slo),
                        **summarize_samples(sampler.level_samples(step), self.engine.name)}
             if note := usage_note(result):
                 progress.note(f"    warning at {level_text(level)}: {note}")
