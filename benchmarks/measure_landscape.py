@@ -39,6 +39,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import csv
 import itertools
 import os
@@ -48,6 +49,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -58,7 +60,7 @@ from autotuner.bench.runner import run_level  # noqa: E402
 from autotuner.bench.workload import Workload, level_workload, warmup_workload  # noqa: E402
 from autotuner.engines._base import LaunchContext  # noqa: E402
 from autotuner.engines.llamacpp import LlamaCppEngine  # noqa: E402
-from autotuner.launchers._base import LaunchError, free_port  # noqa: E402
+from autotuner.launchers._base import Handle, LaunchError, free_port  # noqa: E402
 from autotuner.launchers.process import ProcessLauncher  # noqa: E402
 from autotuner.util import paths  # noqa: E402
 
@@ -132,10 +134,11 @@ def engine_version(binary: str) -> str:
     return engine.parse_version(out.stdout + out.stderr)
 
 
-def measure(config: dict[str, Any], engine: LlamaCppEngine, launcher: ProcessLauncher, binary: str,
-            model: Path, work: Path) -> dict[str, Any]:
-    """Launch, wait, warm up, measure, stop: the row for this config."""
-    row: dict[str, Any] = {"output_tok_per_s": "", "ttft_ms_p99": "", "failed": 0, "failure": ""}
+@contextlib.contextmanager
+def launched(config: dict[str, Any], engine: LlamaCppEngine, launcher: ProcessLauncher, binary: str,
+             model: Path, work: Path) -> Iterator[tuple[Handle | None, str]]:
+    """The config's server, ready (handle, served name); (None, failure class) when it did not start.
+    Stopped, and its log removed, on the way out."""
     ctx = LaunchContext(model_path=model, served_model_name="tiny-llama", port=free_port(), binary=binary)
     spec = engine.build(config, ctx)
     log_path = work / f"server-{ctx.port}.log"
@@ -145,8 +148,22 @@ def measure(config: dict[str, Any], engine: LlamaCppEngine, launcher: ProcessLau
             launcher.wait_ready(handle, STARTUP_TIMEOUT_S)
         except LaunchError as e:
             cls, _line = engine.classify_failure(e.log_tail)
-            return {**row, "failed": 1, "failure": cls or e.failure_class}
-        result, _ = asyncio.run(run_level(handle.base_url, spec.served_model_name, WORKLOAD,
+            yield None, cls or e.failure_class
+            return
+        yield handle, spec.served_model_name
+    finally:
+        launcher.stop(handle)
+        log_path.unlink(missing_ok=True)
+
+
+def measure(config: dict[str, Any], engine: LlamaCppEngine, launcher: ProcessLauncher, binary: str,
+            model: Path, work: Path) -> dict[str, Any]:
+    """Launch, wait, warm up, measure, stop: the row for this config."""
+    row: dict[str, Any] = {"output_tok_per_s": "", "ttft_ms_p99": "", "failed": 0, "failure": ""}
+    with launched(config, engine, launcher, binary, model, work) as (handle, name):
+        if handle is None:
+            return {**row, "failed": 1, "failure": name}
+        result, _ = asyncio.run(run_level(handle.base_url, name, WORKLOAD,
                                           max_concurrency=MAX_CONCURRENCY, warmup_requests=WARMUP_REQUESTS,
                                           timeout_s=REQUEST_TIMEOUT_S))
         if not launcher.is_running(handle):
@@ -154,9 +171,6 @@ def measure(config: dict[str, Any], engine: LlamaCppEngine, launcher: ProcessLau
         if result.error_rate > MAX_ERROR_RATE:
             return {**row, "failed": 1, "failure": "client-errors"}
         return {**row, "output_tok_per_s": f"{result.output_tok_per_s:.1f}", "ttft_ms_p99": f"{result.ttft_ms.p99:.1f}"}
-    finally:
-        launcher.stop(handle)
-        log_path.unlink(missing_ok=True)
 
 
 def level_columns(levels: list[int]) -> list[str]:
@@ -167,33 +181,21 @@ def measure_levels(config: dict[str, Any], engine: LlamaCppEngine, launcher: Pro
                    model: Path, work: Path, levels: list[int]) -> dict[str, Any]:
     """Launch, wait, warm up, measure each concurrency in `levels` (prompts of its own each), stop."""
     row: dict[str, Any] = {"failed": 0, "failure": ""}
-    ctx = LaunchContext(model_path=model, served_model_name="tiny-llama", port=free_port(), binary=binary)
-    spec = engine.build(config, ctx)
-    log_path = work / f"server-{ctx.port}.log"
-    handle = launcher.start(spec, log_path, {"autotuner.benchmark": "landscape"})
-    try:
-        try:
-            launcher.wait_ready(handle, STARTUP_TIMEOUT_S)
-        except LaunchError as e:
-            cls, _line = engine.classify_failure(e.log_tail)
-            return {**row, "failed": 1, "failure": cls or e.failure_class}
-        asyncio.run(run_level(handle.base_url, spec.served_model_name,
-                              warmup_workload(LEVELS_WORKLOAD, WARMUP_REQUESTS * 2), max_concurrency=levels[0],
-                              timeout_s=REQUEST_TIMEOUT_S))
+    with launched(config, engine, launcher, binary, model, work) as (handle, name):
+        if handle is None:
+            return {**row, "failed": 1, "failure": name}
+        asyncio.run(run_level(handle.base_url, name, warmup_workload(LEVELS_WORKLOAD, WARMUP_REQUESTS * 2),
+                              max_concurrency=levels[0], timeout_s=REQUEST_TIMEOUT_S))
         for step, c in enumerate(levels):
             t = time.perf_counter()
-            result, _ = asyncio.run(run_level(handle.base_url, spec.served_model_name,
-                                              level_workload(LEVELS_WORKLOAD, step), max_concurrency=c,
-                                              timeout_s=REQUEST_TIMEOUT_S))
+            result, _ = asyncio.run(run_level(handle.base_url, name, level_workload(LEVELS_WORKLOAD, step),
+                                              max_concurrency=c, timeout_s=REQUEST_TIMEOUT_S))
             row.update({f"output_tok_per_s@{c}": f"{result.output_tok_per_s:.1f}",
                         f"ttft_ms_p99@{c}": f"{result.ttft_ms.p99:.1f}", f"error_rate@{c}": f"{result.error_rate:.3f}",
                         f"measure_s@{c}": f"{time.perf_counter() - t:.2f}"})
             if not launcher.is_running(handle):
                 return {**row, "failed": 1, "failure": "crashed-mid-run"}
         return row
-    finally:
-        launcher.stop(handle)
-        log_path.unlink(missing_ok=True)
 
 
 def main() -> None:
