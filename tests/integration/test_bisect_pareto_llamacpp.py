@@ -39,7 +39,7 @@ def write_experiment(folder: Path, model: Path, name: str, slots: list[int], bod
 
 def test_load_search_finds_the_highest_concurrency_meeting_the_slo(tmp_path, small_model, llama_server):
     exp = load_experiment(write_experiment(tmp_path, small_model, "bisect", [1, 4], """\
-workload: {num_prompts: 16, input_len: 8, output_len: 12, warmup_requests: 2}
+workload: {num_prompts: 16, input_len: 8, output_len: 32, warmup_requests: 2}  # 16 on one slot: ~4 s to the last first token
 load: {search: {max_concurrency: [1, 16], steps: 4}}
 objective: {slo: {ttft_ms_p99: 2000}, max_error_rate: 0.2}  # one client: far below it even on a busy machine
 enqueue: [{parallel: 1}]   # one slot: 16 clients queue far past the SLO, one client does not
