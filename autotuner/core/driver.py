@@ -38,6 +38,7 @@ from autotuner.core.progress import Progress
 from autotuner.core.recovery import WORKER_ATTR, Heartbeat, recover_stale_trials
 from autotuner.core.sampling import FAILURE_CONSTRAINT
 from autotuner.core.study import best_trial, open_study, primary_value
+from autotuner.core.study import candidates as study_candidates
 from autotuner.core.study import verdict as study_verdict
 from autotuner.engines._base import Engine, LaunchSpec
 from autotuner.launchers._base import Launcher, this_owner
@@ -191,18 +192,10 @@ class StudyDriver:
         return stopping.decide([p[0] if p else None for p in points], self.cfg.objective.direction,
                                target=self.cfg.stop.target, patience=self.cfg.stop.patience, noise=noise)
 
-    def _repeats(self) -> dict[str, list[float]]:
-        """Every configuration measured more than once: in trials (retries) and in confirmations."""
-        groups: dict[str, list[float]] = {}
-        for t in self.study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,)):
-            if t.user_attrs.get("reused_from") is None and t.values:
-                key = json.dumps([bool(t.user_attrs.get("baseline")), t.params], sort_keys=True)
-                groups.setdefault(key, []).append(t.values[0])  # primary_value(t); t.values is not empty
-        for number, values in (self.study.user_attrs.get("confirmation") or {}).items():
-            trial = self.study.trials[int(number)]
-            key = json.dumps([bool(trial.user_attrs.get("baseline")), trial.params], sort_keys=True)
-            groups.setdefault(key, []).extend(v for v in values if v is not None)
-        return groups
+    def _repeats(self) -> dict[int, list[float]]:
+        """Each configuration's measurements (its trial's and the confirmation round's), from the same
+        candidates the winner rule reads: the spread between them is the study's measured noise."""
+        return {c.number: [c.first, *c.measured] for c in study_candidates(self.study)}
 
     def _confirm(self, progress: Progress) -> None:
         """Launch the top configurations and the baseline again, interleaved (A, B, baseline, A, B,
@@ -370,7 +363,7 @@ class StudyDriver:
     def _measured(self, params: dict[str, Any], baseline: bool) -> int | None:
         """The trial that settled this configuration: measured it, or failed it for good (a transient
         failure is settled by its retry; an interruption settles nothing)."""
-        key = record.TrialView(0, "", params, None, baseline).config_key
+        key = record.config_key(params, baseline)
         for t in map(
             record.view,
             self.study.get_trials(deepcopy=False, states=(TrialState.COMPLETE, TrialState.FAIL, TrialState.PRUNED)),

@@ -79,9 +79,8 @@ class TrialView:
         return self.counted and self.retry_of is None and self.failure_class != "interrupted"
 
     @property
-    def config_key(self) -> tuple[bool, tuple[tuple[str, str], ...]]:
-        """What makes two trials the same configuration (the baseline passes no flags at all)."""
-        return self.baseline, tuple(sorted((k, repr(v)) for k, v in self.params.items()))
+    def config_key(self) -> ConfigKey:
+        return config_key(self.params, self.baseline)
 
     def scored_metrics(self, metric: str, direction: str) -> dict[str, float]:
         """The metrics of the level the trial was scored by (older records: the best on `metric`)."""
@@ -94,6 +93,14 @@ class TrialView:
             return dict(min(scored, key=lambda m: abs(float(m[metric]) - self.value)))  # type: ignore[operator]  # self.value checked above
         pick = max if direction == "maximize" else min
         return dict(pick(scored, key=lambda m: float(m[metric])))
+
+
+ConfigKey = tuple[bool, tuple[tuple[str, str], ...]]
+
+
+def config_key(params: Mapping[str, Any], baseline: bool) -> ConfigKey:
+    """What makes two trials the same configuration (the baseline passes no flags at all)."""
+    return baseline, tuple(sorted((k, repr(v)) for k, v in params.items()))
 
 
 def view(trial: FrozenTrial) -> TrialView:
