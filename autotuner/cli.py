@@ -274,10 +274,13 @@ def make_model(
     out: Path = typer.Option(Path("models/tiny-llama.gguf"), "--out", help="GGUF file to write."),
     size: str = typer.Option("small", "--size", help="tiny (8 MB, fast tests) or small (~104M params, tuning)."),
     seed: int = typer.Option(0, "--seed"),
+    quant: str = typer.Option("f16", "--quant", help="f16, or q8_0 / q4_0: the same weights quantized."),
 ) -> None:
     """Write a random-weight llama GGUF (no model hub needed). Skips when the file exists."""
     if size not in ("tiny", "small"):
         _fail(f"--size: expected tiny or small (got {size!r})")
+    if quant not in ("f16", "q8_0", "q4_0"):
+        _fail(f"--quant: expected f16, q8_0 or q4_0 (got {quant!r})")
     if out.exists():
         typer.echo(f"{out} exists")
         return
@@ -287,7 +290,7 @@ def make_model(
     out.parent.mkdir(parents=True, exist_ok=True)
     typer.echo(f"writing {out} ({size})", err=True)
     try:
-        write_tiny_llama_gguf(out, size=size, seed=seed)  # type: ignore[arg-type]  # typer gives str; the choices are checked
+        write_tiny_llama_gguf(out, size=size, seed=seed, quant=quant)  # type: ignore[arg-type]  # typer gives str; the choices are checked
     except MissingExtra as e:
         _fail(str(e))
     typer.echo(str(out))

@@ -3,7 +3,8 @@ the executor and every rule between them run for real in seconds, without buildi
 
 Its params change what the server really does: `itl_ms` its time between tokens (speed), `capacity`
 how many requests it serves at once before answering 503 (an overloaded server), `start_delay_s` how
-long it takes to listen (a slow start). The process is started by the real ProcessLauncher.
+long it takes to listen (a slow start), `wrong_answers` whether it answers the quality prompts as the
+defaults do. The process is started by the real ProcessLauncher.
 """
 
 from __future__ import annotations
@@ -24,6 +25,7 @@ class FakeEngine(Engine):
         "itl_ms": Flag(flag="--itl-s", help="milliseconds between tokens"),
         "capacity": Flag(flag="--capacity", help="requests served at once; more get 503"),
         "start_delay_s": Flag(flag="--start-delay-s", help="seconds before it listens"),
+        "wrong_answers": Flag(on="--wrong-answers", help="answers differ from the defaults'"),
     }
 
     def tuning_args(self, params: Mapping[str, Any]) -> list[str]:

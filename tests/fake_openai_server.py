@@ -2,7 +2,8 @@
 
 It speaks just enough HTTP/1.1 (keep-alive, chunked responses) over a raw asyncio Protocol to serve
 `POST /v1/completions` and `POST /v1/chat/completions` with `stream: true`, plus `GET /health`,
-`GET /v1/models` and (with `metrics_lines`) `GET /metrics`. Each generated token is one SSE event in its own HTTP chunk, as vLLM, SGLang and
+`GET /v1/models` and (with `metrics_lines`) `GET /metrics`; a request without `stream: true` gets a whole
+answer derived from its prompt, with log-probabilities (for the quality gate). Each generated token is one SSE event in its own HTTP chunk, as vLLM, SGLang and
 llama-server send them. A response is:
 
     [chat only: a role chunk with empty content]  N token chunks  a finish chunk (empty text)
@@ -30,6 +31,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
+import hashlib
 import json
 import threading
 import time
@@ -65,6 +67,10 @@ class FakeServerConfig:
     # GET /metrics in vLLM's names (requests running, requests served), plus this many histogram bucket
     # lines, as many as a real engine's page carries (vLLM's: several hundred); 0: no /metrics (404).
     metrics_lines: int = 0
+    # Non-streamed requests get a whole answer that depends only on the prompt (as greedy decoding of a
+    # fixed model does), with per-token log-probabilities; wrong_answers: a different answer from the
+    # third token on (a config that changes the numbers).
+    wrong_answers: bool = False
 
     @property
     def instant(self) -> bool:
@@ -163,6 +169,27 @@ class _Response:
                      "total_tokens": self.prompt_tokens + tokens_sent}
             out += self._event({**self._base(), "choices": [], "usage": usage})
         return out + self._event("[DONE]") + b"0\r\n\r\n"
+
+
+def _whole_answer(config: FakeServerConfig, path: str, body: dict[str, Any]) -> dict[str, Any]:
+    """A non-streamed completion: tokens and log-probabilities derived from the prompt alone."""
+    prompt = json.dumps(body.get("messages") or body.get("prompt"), sort_keys=True)
+    seed = int.from_bytes(hashlib.sha256(prompt.encode()).digest()[:4], "big")
+    n = config.output_tokens if config.output_tokens is not None else int(body.get("max_tokens") or 16)
+    shift = [0 if i < 2 or not config.wrong_answers else 1 for i in range(n)]
+    tokens = [f" w{(seed + 7 * i + shift[i]) % 97}" for i in range(n)]
+    logprobs = [-((seed + i) % 50) / 10 for i in range(n)]
+    usage = {"prompt_tokens": _count_prompt_tokens(body), "completion_tokens": n,
+             "total_tokens": _count_prompt_tokens(body) + n}
+    text = "".join(tokens)
+    if path.endswith("/chat/completions"):
+        content = [{"token": t, "logprob": lp, "top_logprobs": []} for t, lp in zip(tokens, logprobs, strict=True)]
+        choice = {"index": 0, "message": {"role": "assistant", "content": text}, "logprobs": {"content": content},
+                  "finish_reason": "length"}
+        return {"id": "chatcmpl-fake", "object": "chat.completion", "choices": [choice], "usage": usage}
+    choice = {"index": 0, "text": text, "logprobs": {"tokens": tokens, "token_logprobs": logprobs},
+              "finish_reason": "length"}
+    return {"id": "cmpl-fake", "object": "text_completion", "choices": [choice], "usage": usage}
 
 
 def _plain_response(status: int, obj: Any, keep_alive: bool) -> bytes:
@@ -283,7 +310,7 @@ class _HttpConnection(asyncio.Protocol):
             err = {"error": {"message": f"fake failure {config.status}", "type": "FakeError", "code": config.status}}
             return self._reply(_plain_response(config.status, err, keep_alive), keep_alive)
         if not body.get("stream"):
-            return self._reply(_plain_response(400, {"error": "only stream=true is served"}, keep_alive), keep_alive)
+            return self._reply(_plain_response(200, _whole_answer(config, path, body), keep_alive), keep_alive)
         if config.capacity is not None and self.state.in_flight >= config.capacity:
             err = {"error": {"message": "server overloaded", "type": "Overloaded", "code": 503}}
             return self._reply(_plain_response(503, err, keep_alive), keep_alive)
@@ -538,12 +565,14 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--capacity", type=int, default=None, help="requests in flight beyond this get 503")
     parser.add_argument("--start-delay-s", type=float, default=0.0, help="wait this long before listening")
     parser.add_argument("--metrics-lines", type=int, default=0, help="serve /metrics (with this much padding)")
+    parser.add_argument("--wrong-answers", action="store_true", help="answer non-streamed requests differently")
     parser.add_argument("--coarse-timing", action="store_true",
                         help="event-loop timers only: ~1 ms late, but many streams keep their pace")
     args = parser.parse_args(argv)
     config = FakeServerConfig(ttft_s=args.ttft_s, itl_s=args.itl_s, output_tokens=args.output_tokens,
                               token_text=args.token_text, record=False, precise_timing=not args.coarse_timing,
-                              capacity=args.capacity, metrics_lines=args.metrics_lines)
+                              capacity=args.capacity, metrics_lines=args.metrics_lines,
+                              wrong_answers=args.wrong_answers)
     time.sleep(args.start_delay_s)  # a slow start, for readiness timeouts
     with contextlib.suppress(KeyboardInterrupt):
         asyncio.run(serve(config, args.host, args.port))

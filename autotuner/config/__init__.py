@@ -319,6 +319,21 @@ class ConfirmConfig(_Strict):
                          "winner is the best median of these.")
 
 
+class QualityConfig(_Strict):
+    """The quality gate (autotuner/quality.py): every candidate answers a fixed prompt set greedily before its
+    load levels, and must answer as the engine's defaults did. `quality: off` turns it off."""
+
+    prompts: int = Field(16, gt=0, le=256, description="Prompts of the fixed set each launch answers.")
+    max_tokens: int = Field(32, gt=0, description="Tokens per answer (greedy decoding).")
+    min_token_agreement: float = Field(
+        0.9, ge=0, le=1, description="Share of prompts a candidate must answer token for token as the defaults did.")
+    max_logprob_delta: float | None = Field(
+        0.01, ge=0, description="Largest mean |difference| of the answers' log-probabilities where both answers "
+                                "still agree (none: not checked).")
+    concurrency: int = Field(1, gt=0, description="Prompts in flight at once (1: each answer alone, the same "
+                             "whatever else the server batches).")
+
+
 class TrackingConfig(_Strict):
     uri: str | None = Field(None, description="MLflow tracking URI (default: a local store under mlruns/).")
 
@@ -373,6 +388,8 @@ class ExperimentConfig(_Strict):
     study: StudyConfig = StudyConfig()
     stop: StopConfig = StopConfig()
     confirm: ConfirmConfig = ConfirmConfig()
+    quality: QualityConfig | None = Field(
+        default_factory=QualityConfig, description="The quality gate's bar; off (or false): no gate.")
     tracking: TrackingConfig = TrackingConfig()
     startup_timeout_s: float = Field(120.0, gt=0, description="Longest wait for the engine to be ready.")
     engine_args: list[str] = Field(
@@ -387,6 +404,16 @@ class ExperimentConfig(_Strict):
     enqueue: list[dict[str, Choice]] = Field(
         default_factory=list, description="Configs to try first (after the baseline), by param name."
     )
+
+    @field_validator("quality", mode="before")
+    @classmethod
+    def _quality_switch(cls, value: Any) -> Any:
+        # YAML reads a bare `off` as false and `on` as true.
+        if value is False or value is None or (isinstance(value, str) and value.lower() == "off"):
+            return None
+        if value is True or (isinstance(value, str) and value.lower() == "on"):
+            return {}
+        return value
 
     @model_validator(mode="after")
     def _consistent(self) -> ExperimentConfig:

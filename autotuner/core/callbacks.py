@@ -35,6 +35,9 @@ class StudyCallback:
     def trial_finished(self, trial: FrozenTrial, series: Series) -> None:
         """Trial `trial` was told to Optuna (its typed record is in its user attributes)."""
 
+    def reference_answered(self, answers: Mapping[str, Any]) -> None:
+        """The engine's defaults answered the quality prompts: the study's reference (quality.Answers)."""
+
     def confirmation_finished(self, measurements: Mapping[str, Any]) -> None:
         """The confirmation round ended (its order and measurements)."""
 

@@ -27,6 +27,7 @@ from typing import Any, cast
 import optuna
 from optuna.trial import TrialState
 
+from autotuner import quality
 from autotuner.config import Experiment, recheck
 from autotuner.config.space import RandomSuggester, SearchSpace
 from autotuner.core import record, stopping, winner
@@ -90,6 +91,7 @@ class StudyDriver:
         self.executor = TrialExecutor(experiment, engine=engine, launcher=launcher, binary=binary,
                                       secrets=self.secrets, pool=pool)
         self._stop = StopRequests()
+        self._no_reference: str | None = None  # why this run checks no answers (the defaults gave none)
 
     # --- the study --------------------------------------------------------------------------------------
 
@@ -123,6 +125,9 @@ class StudyDriver:
                         progress.note(f"time budget of {timeout_s:g} s spent after {index - 1} trial(s)")
                         break
                     self._recover_dead_workers(progress)
+                    self._ensure_reference(progress)
+                    if self._stop.requested:
+                        break
                     if (cap := self.cfg.stop.max_trials) and self._trials_in_study() >= cap:
                         message = f"the study holds its {cap} trials (stop.max_trials)"
                         progress.note(f"stopping: {message}")
@@ -278,6 +283,58 @@ class StudyDriver:
                 skip_if_exists=True,
             )
 
+    # --- the quality gate's reference -------------------------------------------------------------------
+
+    def _quality_settings(self) -> quality.Settings | None:
+        q, w = self.cfg.quality, self.cfg.workload
+        if q is None:
+            return None
+        return quality.Settings(prompts=q.prompts, max_tokens=q.max_tokens, endpoint=w.endpoint,
+                                concurrency=q.concurrency)
+
+    def _reference(self) -> quality.Answers | None:
+        """The defaults' answers stored in the study, if they were asked as this experiment asks."""
+        stored = self.study.user_attrs.get(record.QUALITY_REFERENCE)
+        if not stored:
+            return None
+        reference = quality.Answers.from_json(stored)
+        return reference if reference.settings == self._quality_settings() else None
+
+    def _gate(self, baseline: bool) -> quality.Gate | None:
+        """The check a trial's launch makes: the baseline answers for the reference (when none is
+        stored), every other config is judged against it."""
+        settings, reference = self._quality_settings(), self._reference()
+        if settings is None or self.cfg.quality is None:
+            return None
+        if baseline:
+            return quality.Gate(settings, self.cfg.quality) if reference is None else None
+        return quality.Gate(settings, self.cfg.quality, reference) if reference is not None else None
+
+    def _store_reference(self, answers: quality.Answers) -> None:
+        if self._reference() is None:  # another worker may have stored one: the first stays
+            self.study.set_user_attr(record.QUALITY_REFERENCE, answers.to_json())
+            self._emit("reference_answered", answers.to_json())
+
+    def _ensure_reference(self, progress: Progress) -> None:
+        """Before the first candidate: the reference, from the baseline trial when one is queued, else
+        from a launch of the defaults that only answers the prompt set."""
+        settings = self._quality_settings()
+        if settings is None or self._no_reference or self._reference() is not None:
+            return
+        waiting = self.study.get_trials(deepcopy=False, states=(TrialState.WAITING,))
+        if any(t.user_attrs.get(record.BASELINE) for t in waiting):
+            return  # the baseline trial answers first
+        progress.phase("the engine's defaults answer the quality prompts (the reference)")
+        label = "quality-reference"
+        result = self.executor.run({}, trial=None, trial_dir=self.workdir / label, progress=progress, timings={},
+                                   label=label, gate=self._gate(baseline=True), measure_levels=False)
+        self.redact.file(self.workdir / label / "server.log")
+        if result.answers is not None:
+            self._store_reference(result.answers)
+        elif result.failure_class != "interrupted":
+            self._no_reference = f"the defaults gave no reference answers ({result.failure_class}: {result.reason})"
+            progress.note(f"quality: {self._no_reference}: no config's answers are checked in this run")
+
     # --- one trial --------------------------------------------------------------------------------------
 
     def _run_trial(self, index: int, progress: Progress) -> bool:
@@ -306,7 +363,8 @@ class StudyDriver:
         with Heartbeat(self.study, trial):
             try:
                 result = self.executor.run(params, trial=trial, trial_dir=trial_dir, progress=progress,
-                                           timings=timings, label=f"trial-{trial.number:04d}", on_level=on_level)
+                                           timings=timings, label=f"trial-{trial.number:04d}", on_level=on_level,
+                                           gate=self._gate(baseline))
             except KeyboardInterrupt:  # a second Ctrl-C: the engine is already stopped
                 stop_now = True
                 result = TrialResult("FAIL", failure_class="interrupted", reason="interrupted at once by the user",
@@ -400,7 +458,10 @@ class StudyDriver:
                  record.SCORED_LEVEL: scored_index(level_metrics, self.cfg.objective) if result.values else None,
                  "max_load_meeting_slo": self._max_load(level_metrics),
                  "engine_version": self.engine_version, "engine_args": " ".join(self.engine.tuning_args(params)),
-                 "launch_tags": {**records.image_tags(), **result.launch_tags}}
+                 "launch_tags": {**records.image_tags(), **result.launch_tags},
+                 record.QUALITY: self._quality_attrs(result)}
+        if result.answers is not None and result.quality is None and self.cfg.quality is not None:
+            self._store_reference(result.answers)  # the baseline's answers: the reference
         # Set even when empty: a retried trial starts with a copy of the failed one's attributes.
         attrs.update(failure_class=result.failure_class, failure_reason=result.reason if result.failure_class else None,
                      log_tail=result.log_tail[-4000:] or None)
@@ -448,6 +509,14 @@ class StudyDriver:
                 progress.note(f"    | {line[:200]}")
 
     # --- helpers ----------------------------------------------------------------------------------------
+
+    @staticmethod
+    def _quality_attrs(result: TrialResult) -> dict[str, float] | None:
+        """The gate's numbers, and how fast this launch answered (a failed config's 'what it would have been')."""
+        if result.answers is None:
+            return None
+        speed = {"quality_tok_per_s": result.answers.tok_per_s}
+        return {**result.quality.metrics(), **speed} if result.quality is not None else speed
 
     def _max_load(self, level_metrics: list[dict[str, float]]) -> float | None:
         """The highest load among the measured levels that met the SLO (None without an SLO: nothing to meet)."""

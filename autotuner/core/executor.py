@@ -1,9 +1,9 @@
-"""One trial: lease -> launch -> wait ready -> warm up -> measure each load level -> classify.
+"""One trial: lease -> launch -> wait ready -> warm up -> quality -> measure each load level -> classify.
 
 `TrialExecutor.run` turns one configuration into a `TrialResult` and never raises for anything the
 configuration or the server did: every way a launch can end is classified (`infeasible`,
 `exited-at-start`, `startup-timeout`, `oom`, `bad-flag`, `crashed-mid-run`, `client-errors`,
-`slo-violated`, `interrupted`, ...) with the reason and the server's last log lines. The engine is
+`quality`, `slo-violated`, `interrupted`, ...) with the reason and the server's last log lines. The engine is
 stopped and the pool's lease released whatever happens, Ctrl-C included.
 
 It knows nothing of the study around it: it never asks, tells, tracks or decides which config runs
@@ -23,6 +23,7 @@ from typing import Any
 
 import optuna
 
+from autotuner import quality
 from autotuner.bench.metrics import GOODPUT, LevelResult, goodput, usage_note
 from autotuner.bench.runner import run_level
 from autotuner.bench.server_metrics import ServerMetricsSampler
@@ -62,6 +63,8 @@ class TrialResult:
     level_metrics: list[dict[str, float]] = field(default_factory=list)  # the full per-level metrics
     command: str = ""  # the launch as a pasteable command line ("" when nothing was launched)
     records: TrialRecords = field(default_factory=TrialRecords)  # requests, /metrics samples, the spec
+    answers: quality.Answers | None = None  # the launch's answers to the quality prompts (when asked)
+    quality: quality.Score | None = None  # those answers against the reference's
 
     @property
     def value(self) -> float | None:
@@ -96,17 +99,22 @@ class TrialExecutor:
         self.labels = {"autotuner.study": self.cfg.study_name}
         self.stop = StopRequests()  # the driver's, shared: Ctrl-C reaches the measurement under way
         self.records = TrialRecords()
+        self.answers: quality.Answers | None = None
+        self.score: quality.Score | None = None
         self.on_level: OnLevel = lambda step, metrics: None
 
     def run(self, params: dict[str, Any], *, trial: optuna.Trial | None, trial_dir: Path, progress: Progress,
-            timings: dict[str, float], label: str, on_level: OnLevel = lambda step, metrics: None) -> TrialResult:
-        """Launch `params`, wait until ready, measure; the engine is stopped on every way out, exceptions
-        included. `trial` gets each level's ceiling (and may be pruned); None: a confirmation launch.
-        `on_level(step, metrics)` sees each level as it is measured (tracking charts it)."""
+            timings: dict[str, float], label: str, on_level: OnLevel = lambda step, metrics: None,
+            gate: quality.Gate | None = None, measure_levels: bool = True) -> TrialResult:
+        """Launch `params`, wait until ready, check its answers (with a `gate`), measure; the engine is
+        stopped on every way out, exceptions included. `trial` gets each level's ceiling (and may be
+        pruned); None: a confirmation launch. `on_level(step, metrics)` sees each level as it is measured
+        (tracking charts it). measure_levels=False: no load level (a launch that only answers the prompt set)."""
         handle: Handle | None = None
         units: tuple[int, ...] = ()
         command = ""
         self.records = TrialRecords()  # per launch: a confirmation must not score the previous launch's levels
+        self.answers, self.score = None, None
         self.on_level = on_level
         try:
             broken = self.infeasible(params)
@@ -127,7 +135,8 @@ class TrialExecutor:
                 raise _Failed(cls or e.failure_class, f"{e}: {line}" if line else str(e), e.log_tail) from None
             timings["ready_s"] = time.perf_counter() - t
             self._check_stop("before warming up")
-            result = asyncio.run(self._cancellable(self._measure(handle, trial, progress, timings)))
+            measuring = self._measure(handle, trial, progress, timings, gate, measure_levels)
+            result = asyncio.run(self._cancellable(measuring))
         except _Failed as f:
             result = TrialResult("FAIL", failure_class=f.failure_class, reason=f.reason, log_tail=f.log_tail,
                                  transient=f.failure_class in TRANSIENT_FAILURES)
@@ -149,6 +158,7 @@ class TrialExecutor:
         if handle is not None:  # what identifies the launch: image, container, the docker run line
             result.launch_tags, result.launch_artifacts = dict(handle.tags), dict(handle.artifacts)
         result.command, result.records = command, self.records
+        result.answers, result.quality = self.answers, self.score
         return result
 
     async def _cancellable(self, measurement: Any) -> TrialResult:
@@ -168,19 +178,23 @@ class TrialExecutor:
             raise _Failed("interrupted", f"stopped by {self.stop.requested} {when}")
 
     async def _measure(self, handle: Handle, trial: optuna.Trial | None, progress: Progress,
-                       timings: dict[str, float]) -> TrialResult:
+                       timings: dict[str, float], gate: quality.Gate | None, measure_levels: bool) -> TrialResult:
         w = self.cfg.workload
         workload = Workload(endpoint=w.endpoint, num_prompts=w.num_prompts, input_len=w.input_len,
                             output_len=w.output_len, seed=w.seed, shared_prefix_len=w.shared_prefix_len)
         model = handle.spec.served_model_name
-        levels = self.cfg.load.levels()
         if w.warmup_requests:
             progress.phase(f"warming up ({w.warmup_requests} requests)")
             t = time.perf_counter()
             await run_level(handle.base_url, model, warmup_workload(workload, w.warmup_requests),
-                            timeout_s=w.request_timeout_s, **levels[0])
+                            timeout_s=w.request_timeout_s, **self.cfg.load.levels()[0])
             timings["warmup_s"] = time.perf_counter() - t
             self._check_stop("after warming up")
+        if gate is not None:  # before the levels: a config that answers wrongly costs no load level
+            await self._check_answers(handle, gate, progress, timings)
+            self._check_stop("after checking its answers")
+        if not measure_levels:
+            return TrialResult("COMPLETE")
         sampler = ServerMetricsSampler(handle.base_url, self.engine.name)
         sampler.start()
         try:
@@ -189,6 +203,25 @@ class TrialExecutor:
             await sampler.stop()
             timings["server_metrics_cpu_s"] = sampler.poll_cpu_s
             self.records.add_samples(sampler)
+
+    async def _check_answers(self, handle: Handle, gate: quality.Gate, progress: Progress,
+                             timings: dict[str, float]) -> None:
+        """Ask the quality prompts; against a reference, fail as `quality` below the bar (quality.py)."""
+        progress.phase(f"checking answers ({gate.settings.prompts} prompts, greedy)")
+        t = time.perf_counter()
+        try:
+            self.answers = await quality.collect(handle.base_url, handle.spec.served_model_name, gate.settings,
+                                                 self.cfg.workload.request_timeout_s)
+        except quality.AnswerError as e:
+            raise _Failed("client-errors", f"no answer to the quality prompts: {e}",
+                          self.launcher.logs(handle, LOG_TAIL_LINES)) from None
+        timings["quality_s"] = time.perf_counter() - t
+        if gate.reference is None:
+            return
+        self.score = quality.compare(gate.reference, self.answers)
+        if why := quality.judge(self.score, gate.bar):
+            raise _Failed("quality", why)
+        progress.note(f"    answers as the defaults': {quality.describe(self.score)}")
 
     async def _measure_levels(self, handle: Handle, trial: optuna.Trial | None,
                               progress: Progress, timings: dict[str, float], workload: Workload,

@@ -35,12 +35,14 @@ LAUNCH_TAGS = "launch_tags"
 FAILURE_CLASS = "failure_class"
 FAILURE_REASON = "failure_reason"
 LOG_TAIL = "log_tail"
+QUALITY = "quality"  # the quality gate's numbers (quality.Score.metrics) and the answering speed
 REUSED_FROM = "reused_from"  # studies before duplicates were re-asked: a reused, not re-measured, result
 
 # Study user attributes.
 CONFIRMATION = "confirmation"  # {trial number: [value or None per confirmation launch]}
 CONFIRMATION_ORDER = "confirmation_order"  # the round's candidates, in measuring order
 STOP_REASON = "stop_reason"
+QUALITY_REFERENCE = "quality_reference"  # the defaults' answers to the prompt set (quality.Answers.to_json)
 
 
 @dataclass(frozen=True)
@@ -63,6 +65,7 @@ class TrialView:
     retry_of: int | None = None
     duplicate_of: int | None = None
     reused_from: int | None = None
+    quality: dict[str, float] = field(default_factory=dict)
 
     @property
     def value(self) -> float | None:
@@ -112,6 +115,7 @@ def view(trial: FrozenTrial) -> TrialView:
         levels=list(a.get(LEVELS) or []), scored_level=a.get(SCORED_LEVEL), command=a.get(COMMAND) or "",
         engine_version=a.get(ENGINE_VERSION), proposed_by=a.get(PROPOSED_BY), reason=a.get(REASON),
         retry_of=a.get(RETRY_OF), duplicate_of=a.get(DUPLICATE_OF), reused_from=a.get(REUSED_FROM),
+        quality=dict(a.get(QUALITY) or {}),
     )
 
 

@@ -30,6 +30,9 @@ FLAGS: dict[str, Flag] = {
     "cache_reuse": Flag("--cache-reuse", default=0, help="min chunk size to reuse from cache via KV shifting"),
     "load_mode": Flag("-lm", default="auto", choices=("auto", "none", "mmap", "mlock", "mmap+mlock", "dio"),
                       help="how the model is loaded (replaces --mlock / --no-mmap)"),
+    # Changes what the model computes, not how fast: for context extension. Here so the quality gate
+    # can be shown a config that answers fast and wrong (an absurd base).
+    "rope_freq_base": Flag("--rope-freq-base", default=0, help="RoPE base frequency; 0 = the model's"),
 }
 
 # Log lines that say why a start failed, most specific first.

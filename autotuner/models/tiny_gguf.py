@@ -16,7 +16,8 @@ Two properties make the file useful for benchmarks:
   is only reachable through its prefixes), common suffixes and letter pairs. Ordinary English prompts of
   N words tokenise to roughly N..2N tokens.
 
-Shapes (f16 weights, f32 norms):
+Shapes (f16 weights, f32 norms; ``--quant q8_0`` or ``q4_0`` quantizes the same weights, as llama.cpp's own
+quantizer would, for a quantized model to compare with the float one):
 
 * ``"tiny"``  vocab 2048, hidden 256, 4 layers, 4 heads (2 KV heads), FFN 768: ~4.2M params, ~8 MB.
 * ``"small"`` vocab 8192, hidden 1024, 8 layers, 16 heads (4 KV heads), FFN 2816: ~107M params, ~214 MB.
@@ -24,7 +25,7 @@ Shapes (f16 weights, f32 norms):
 
 Usage::
 
-    python -m autotuner.models.tiny_gguf --out models/tiny.gguf --size small [--seed 0]
+    python -m autotuner.models.tiny_gguf --out models/tiny.gguf --size small [--seed 0] [--quant q8_0]
 
 ``numpy`` and ``gguf`` are imported only when a file is written (extra ``autotuner[models]``).
 """
@@ -49,6 +50,7 @@ __all__ = [
 ]
 
 Size = Literal["tiny", "small"]
+Quant = Literal["f16", "q8_0", "q4_0"]
 
 
 @dataclass(frozen=True)
@@ -208,16 +210,18 @@ def build_vocab(vocab_size: int) -> tuple[list[str], list[float], list[int]]:
     return tokens, scores, types
 
 
-def write_tiny_llama_gguf(path: Path, *, size: Size = "small", seed: int = 0) -> Path:
+def write_tiny_llama_gguf(path: Path, *, size: Size = "small", seed: int = 0, quant: Quant = "f16") -> Path:
     """Write a random-weight llama GGUF of the given ``size`` to ``path`` (atomically) and return ``path``.
 
-    The same ``size`` and ``seed`` always give the same bytes. Parent folders are created.
+    The same ``size``, ``seed`` and ``quant`` always give the same bytes; the same ``size`` and ``seed``
+    the same weights before quantization. Parent folders are created.
     """
     from autotuner.util.extras import require
 
     np = require("numpy", "models", "writing a GGUF model")
     gguf = require("gguf", "models", "writing a GGUF model")
     GGUFWriter, LlamaFileType = gguf.GGUFWriter, gguf.LlamaFileType
+    qtype = {"q8_0": gguf.GGMLQuantizationType.Q8_0, "q4_0": gguf.GGMLQuantizationType.Q4_0}.get(quant)
 
     if size not in SHAPES:
         raise ValueError(f"size must be one of {sorted(SHAPES)}, not {size!r}")
@@ -239,9 +243,17 @@ def write_tiny_llama_gguf(path: Path, *, size: Size = "small", seed: int = 0) ->
     h, kv_dim = shape.hidden, shape.kv_heads * shape.head_dim
     with replacing(path) as tmp:  # a killed writer leaves no half model behind
         writer = GGUFWriter(tmp, "llama")
+
+        def add_matrix(name: str, matrix: Any) -> None:
+            if qtype is None:
+                writer.add_tensor(name, matrix)
+            else:  # blocks of 32 along each row, as llama-quantize writes them
+                writer.add_tensor(name, gguf.quants.quantize(matrix.astype(np.float32), qtype), raw_dtype=qtype)
+
         try:
             writer.add_name(f"autotuner-random-llama-{size}")
-            writer.add_file_type(int(LlamaFileType.MOSTLY_F16))
+            writer.add_file_type(int({"q8_0": LlamaFileType.MOSTLY_Q8_0, "q4_0": LlamaFileType.MOSTLY_Q4_0}.get(
+                quant, LlamaFileType.MOSTLY_F16)))
             writer.add_context_length(shape.context_length)
             writer.add_embedding_length(h)
             writer.add_block_count(shape.layers)
@@ -264,24 +276,24 @@ def write_tiny_llama_gguf(path: Path, *, size: Size = "small", seed: int = 0) ->
             writer.add_add_eos_token(False)
             writer.add_chat_template(CHAT_TEMPLATE)
 
-            writer.add_tensor("token_embd.weight", weight(shape.vocab_size, h, std=1.0))
+            add_matrix("token_embd.weight", weight(shape.vocab_size, h, std=1.0))
             for layer in range(shape.layers):
                 p = f"blk.{layer}"
                 writer.add_tensor(f"{p}.attn_norm.weight", ones(h))
-                writer.add_tensor(f"{p}.attn_q.weight", weight(h, h))
-                writer.add_tensor(f"{p}.attn_k.weight", weight(kv_dim, h))
-                writer.add_tensor(f"{p}.attn_v.weight", weight(kv_dim, h))
-                writer.add_tensor(f"{p}.attn_output.weight", weight(h, h))
+                add_matrix(f"{p}.attn_q.weight", weight(h, h))
+                add_matrix(f"{p}.attn_k.weight", weight(kv_dim, h))
+                add_matrix(f"{p}.attn_v.weight", weight(kv_dim, h))
+                add_matrix(f"{p}.attn_output.weight", weight(h, h))
                 writer.add_tensor(f"{p}.ffn_norm.weight", ones(h))
-                writer.add_tensor(f"{p}.ffn_gate.weight", weight(shape.ffn, h))
-                writer.add_tensor(f"{p}.ffn_up.weight", weight(shape.ffn, h))
-                writer.add_tensor(f"{p}.ffn_down.weight", weight(h, shape.ffn))
+                add_matrix(f"{p}.ffn_gate.weight", weight(shape.ffn, h))
+                add_matrix(f"{p}.ffn_up.weight", weight(shape.ffn, h))
+                add_matrix(f"{p}.ffn_down.weight", weight(h, shape.ffn))
             writer.add_tensor("output_norm.weight", ones(h))
             output = weight(shape.vocab_size, h, std=0.05)
             # Zero logits for </s>, <|im_end|> (end of generation) and the other control tokens: some ordinary
             # token always scores higher, so greedy decoding runs to max_tokens.
             output[: len(SPECIALS), :] = 0
-            writer.add_tensor("output.weight", output)
+            add_matrix("output.weight", output)
 
             writer.write_header_to_file()
             writer.write_kv_data_to_file()
@@ -299,8 +311,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--out", type=Path, required=True, help="where to write the .gguf file")
     parser.add_argument("--size", choices=sorted(SHAPES), default="small", help="model shape (default: small)")
     parser.add_argument("--seed", type=int, default=0, help="random seed for the weights (default: 0)")
+    parser.add_argument("--quant", choices=("f16", "q8_0", "q4_0"), default="f16",
+                        help="weight type of the matrices (default: f16)")
     args = parser.parse_args(argv)
-    path = write_tiny_llama_gguf(args.out, size=args.size, seed=args.seed)
+    path = write_tiny_llama_gguf(args.out, size=args.size, seed=args.seed, quant=args.quant)
     print(path)
     return 0
 

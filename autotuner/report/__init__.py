@@ -51,11 +51,22 @@ class TrialRow:
     plateau: str | None = None
     command: str = ""
     values: list[float] = field(default_factory=list)  # every objective metric, at the scored level
+    quality: dict[str, float] = field(default_factory=dict)  # the quality gate's numbers (quality.Score)
 
     @property
     def median(self) -> float:
         """What the configuration is judged by (`winner`): its confirmation median, else its one value."""
         return statistics.median(self.repeats) if self.repeats else self.value
+
+
+@dataclass
+class WrongAnswers:
+    """A config the quality gate failed: how fast it answered, and how its answers differed."""
+
+    number: int
+    params: dict[str, Any]
+    reason: str
+    speed_ratio: float | None  # its answering speed over the defaults' (same prompts, same way)
 
 
 @dataclass
@@ -93,6 +104,7 @@ class StudySummary:
     gain: float | None = None  # relative improvement of the winner over the baseline (winner.decide)
     gain_range: tuple[float, float] | None = None
     flaky: list[int] = field(default_factory=list)  # trials whose config failed a confirmation launch
+    wrong: list[WrongAnswers] = field(default_factory=list)  # failed the quality gate, fastest first
 
     @property
     def top_two_within_noise(self) -> bool:
@@ -129,7 +141,7 @@ def _row(t: record.TrialView, c: winner.Candidate, metric: str, direction: str) 
         baseline=t.baseline, metrics=dict(best), levels=list(t.levels),
         spread=None if spread is None or (isinstance(spread, float) and math.isnan(spread)) else float(spread),
         repeats=c.measured, flaky=c.flaky, limit=limit.kind, limit_why=limit.why,
-        plateau=plateau.text if plateau else None, command=t.command,
+        plateau=plateau.text if plateau else None, command=t.command, quality=dict(t.quality),
     )
 
 
@@ -183,6 +195,10 @@ def summarize(study: optuna.Study, metric: str, top_k: int = 5, *, target: float
         metrics=list(study.metric_names or [metric]), directions=directions,
         confirmed=v.confirmed, gain=v.gain, gain_range=v.gain_range, flaky=list(v.flaky),
     )
+    wrong = [views[t.number] for t in fails if views[t.number].failure_class == "quality"]
+    s.wrong = sorted((WrongAnswers(w.number, dict(w.params), w.failure_reason or "",
+                                   w.quality.get("quality_speed_ratio")) for w in wrong),
+                     key=lambda w: -(w.speed_ratio or 0.0))
     if len(directions) > 1:
         s.front = pareto_rows(study, rows)
     if importances:
@@ -297,8 +313,8 @@ def _spread_text(row: TrialRow) -> str:
     return ", ".join(parts) or "-"
 
 
-def config_text(row: TrialRow, engine: Engine | None) -> str:
-    if row.baseline:
+def config_text(row: TrialRow | WrongAnswers, engine: Engine | None) -> str:
+    if isinstance(row, TrialRow) and row.baseline:
         return "engine defaults (baseline)"
     if engine is not None:
         try:
@@ -306,6 +322,19 @@ def config_text(row: TrialRow, engine: Engine | None) -> str:
         except (KeyError, ValueError):
             pass
     return " ".join(f"{k}={v}" for k, v in row.params.items())
+
+
+def quality_text(row: TrialRow) -> str:
+    """The quality column: the reference itself, or how the config's answers compare with it."""
+    if row.baseline:
+        return "reference"
+    q = row.quality
+    if "quality_token_agreement" not in q:
+        return "-"
+    text = f"{q['quality_token_agreement']:.2f}"
+    if "quality_logprob_delta" in q:
+        text += f", Δlp {q['quality_logprob_delta']:.3f}"
+    return text
 
 
 def verdict(s: StudySummary) -> str:
@@ -334,6 +363,8 @@ def verdict(s: StudySummary) -> str:
             text += f" (the baseline, trial #{s.baseline.number}, failed a confirmation launch: no gain to state)"
         else:
             text += " (no baseline measured)"
+        if quality_text(b) != "-":
+            text += f"; its answers match the defaults' (token agreement {quality_text(b)})"
     if s.flaky:
         text += "; flaky (a confirmation launch failed, cannot win): " + ", ".join(f"#{n}" for n in s.flaky)
     if s.target:
@@ -429,21 +460,22 @@ def to_markdown(s: StudySummary, engine: Engine | None = None, command: str | No
     if s.top:
         m = s.metric
         out += [f"## Top {len(s.top)} ({s.direction} {m})", "",
-                f"| trial | {m} | spread | " + " | ".join(LATENCY_COLUMNS) + " | limit | config |",
-                "|---:|---:|---|" + "---:|" * len(LATENCY_COLUMNS) + "---|---|"]
+                f"| trial | {m} | spread | " + " | ".join(LATENCY_COLUMNS) + " | limit | quality | config |",
+                "|---:|---:|---|" + "---:|" * len(LATENCY_COLUMNS) + "---|---|---|"]
         rows = list(s.top)
         if s.baseline is not None and s.baseline not in rows:
             rows.append(s.baseline)
         for r in rows:
             lat = " | ".join(_fmt(r.metrics.get(c)) for c in LATENCY_COLUMNS)
             out.append(f"| #{r.number} | {r.median:,.1f} | {_spread_text(r)} | {lat} | {r.limit} | "
-                       f"`{config_text(r, engine)}` |")
+                       f"{quality_text(r)} | `{config_text(r, engine)}` |")
         out += [
             "",
             "spread: ± is how much the rate moved within the measurement (coefficient of variation "
             "over time windows); n=k: the confirmation round's k launches (interleaved with the baseline) and their "
             "range; flaky: a confirmation launch failed. Rows with n=k are ranked by median, the rest by their "
-            "single measurement.",
+            "single measurement. quality: the share of the quality prompts answered token for token as the engine "
+            "defaults answered them, and the mean log-probability difference where they agree (Δlp).",
             "",
         ]
         out += ["## Limits and plateaus", ""]
@@ -453,6 +485,12 @@ def to_markdown(s: StudySummary, engine: Engine | None = None, command: str | No
             out.append(f"- study: {t}")
         if s.convergence:
             out.append(f"- study: {s.convergence}")
+        out.append("")
+    if s.wrong:
+        out += ["## Fast but wrong (failed the quality gate: cannot win)", ""]
+        for w in s.wrong:
+            speed = f"answered {w.speed_ratio:.2f}x as fast as the defaults, but " if w.speed_ratio else ""
+            out.append(f"- #{w.number} `{config_text(w, engine)}`: {speed}{_md(w.reason)[:400]}")
         out.append("")
     if s.importances:
         out += ["## Parameter importances", ""]
@@ -506,10 +544,12 @@ def render(summary: StudySummary, engine: Engine, command: str | None, console: 
     for col in LATENCY_COLUMNS:
         table.add_column(col, justify="right")
     table.add_column("limit")
+    table.add_column("quality")
     table.add_column("config", overflow="fold")
     for row in summary.top:
         table.add_row(str(row.number), f"{row.median:,.1f}", _spread_text(row),
-                      *(_fmt(row.metrics.get(c)) for c in LATENCY_COLUMNS), row.limit, config_text(row, engine))
+                      *(_fmt(row.metrics.get(c)) for c in LATENCY_COLUMNS), row.limit, quality_text(row),
+                      config_text(row, engine))
     console.print(table)
     _render_outcomes(summary, console)
     if summary.best is None:
@@ -547,6 +587,10 @@ def _render_outcomes(summary: StudySummary, console: Console) -> None:
     console.print(f"Trials: {counts}" + (f" (failures: {fails})" if fails else ""), soft_wrap=True)
     if summary.stop_reason:
         console.print(f"Stopped early: {summary.stop_reason}", soft_wrap=True, markup=False)
+    if summary.wrong:
+        console.print("Fast but wrong (failed the quality gate): " + ", ".join(
+            f"#{w.number}" + (f" ({w.speed_ratio:.2f}x the defaults' answering speed)" if w.speed_ratio else "")
+            for w in summary.wrong), soft_wrap=True, markup=False)
 
 
 def write_best(summary: StudySummary, command: str | None, folder: Path,

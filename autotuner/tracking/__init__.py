@@ -65,6 +65,7 @@ class TrialRecord:
 def trial_record(trial: FrozenTrial, artifact_dir: Path, metric: str, direction: str,
                  common_tags: Mapping[str, str]) -> TrialRecord:
     attrs = trial.user_attrs  # the keys are record.py's
+    view = record.view(trial)
     state = trial.state.name
     failure = attrs.get("failure_class")
     status = {"COMPLETE": "FINISHED", "PRUNED": "KILLED"}.get(state, "FAILED")
@@ -89,7 +90,7 @@ def trial_record(trial: FrozenTrial, artifact_dir: Path, metric: str, direction:
         number=trial.number, status=status,
         # The params exactly as sampled, and the flags they became (what a user pastes).
         params={**(dict(trial.params) or {"baseline": "engine defaults"}), "engine_args": attrs.get("engine_args", "")},
-        metrics={**record.view(trial).scored_metrics(metric, direction),
+        metrics={**view.scored_metrics(metric, direction), **view.quality,
                  **{f"time_{k}": v for k, v in timings.items()}, **_found_load(attrs)},
         steps=levels, tags=tags, artifact_dir=artifact_dir,
     )
@@ -393,6 +394,9 @@ class MlflowStudyLog(StudyCallback):
         run_id = self._runs.pop(trial.number, None)
         self.tracker.log_series(run_id, series)
         self.tracker.log_trial(self.record(trial), run_id=run_id)
+
+    def reference_answered(self, answers: Mapping[str, Any]) -> None:
+        self.tracker.log_study(artifacts={"quality_reference.json": json.dumps(answers, indent=2)})
 
     def confirmation_finished(self, measurements: Mapping[str, Any]) -> None:
         self.tracker.log_study(artifacts={"confirmation.json": json.dumps(measurements, indent=2)})

@@ -89,7 +89,7 @@ CASES = {
                                "{space}: field 'params.flash_attn.choices': choices must not repeat (got ['on', 'on'])"),
     "space-missing-engine": (EXP, SPACE.replace("engine: llamacpp\n", ""), "{space}: field 'engine': Field required"),
     "space-unknown-engine-param": (EXP, SPACE + "  n_gpu_layers: {type: int, low: 0, high: 99}\n",
-                                   "{space}: field 'params': 'n_gpu_layers' is not a llamacpp param (known: batch_size, cache_reuse, cache_type_k, cache_type_v, cont_batching, ctx_size, flash_attn, kv_unified, load_mode, parallel, threads, threads_batch, ubatch_size)"),
+                                   "{space}: field 'params': 'n_gpu_layers' is not a llamacpp param (known: batch_size, cache_reuse, cache_type_k, cache_type_v, cont_batching, ctx_size, flash_attn, kv_unified, load_mode, parallel, rope_freq_base, threads, threads_batch, ubatch_size)"),
     "space-value-engine-rejects": (EXP, SPACE.replace("['on', 'off']", "['on', 'yes']"),
                                    "{space}: field 'params': 'flash_attn': 'yes' is not accepted by llamacpp (accepted: ['on', 'off', 'auto'])"),
     "space-constraint-call": (EXP, SPACE + "constraints: [\"open('x') == 1\"]\n",

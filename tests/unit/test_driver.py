@@ -86,3 +86,41 @@ def test_a_trial_that_cannot_beat_the_best_is_pruned_at_the_low_level(tmp_path):
     assert fast.state.name == "COMPLETE" and len(fast.user_attrs["levels"]) == 2
     assert slow.state.name == "PRUNED" and len(slow.user_attrs["levels"]) == 1
     assert "it can reach at most" in out
+
+
+def test_a_config_that_answers_differently_fails_the_quality_gate_before_its_levels(tmp_path):
+    trials, out = study(tmp_path, "  wrong_answers: {type: bool}\n",
+                        WORK + "load: {max_concurrency: [2]}\nconfirm: {top_k: 0}\n"
+                        "enqueue: [{wrong_answers: true}, {wrong_answers: false}]\n", 3)
+    base, wrong, same = trials
+    assert base.user_attrs["quality"]["quality_tok_per_s"] > 0 and "quality_token_agreement" not in base.user_attrs["quality"]
+    assert wrong.state.name == "FAIL" and wrong.user_attrs["failure_class"] == "quality"
+    assert wrong.user_attrs["levels"] == []  # no load level spent on it
+    assert wrong.user_attrs["quality"]["quality_token_agreement"] == 0.0
+    assert "token agreement 0.00 (bar 0.90)" in wrong.user_attrs["failure_reason"]
+    assert "from token 2" in wrong.user_attrs["failure_reason"]  # where the answers part, and how
+    assert wrong.user_attrs["quality"]["quality_speed_ratio"] > 0  # what its speed would have been
+    assert same.state.name == "COMPLETE" and same.user_attrs["quality"]["quality_token_agreement"] == 1.0
+    assert same.user_attrs["quality"]["quality_logprob_delta"] == 0.0
+    report = (tmp_path / "results" / "fake" / "report.md").read_text()
+    assert "## Fast but wrong" in report and f"#{wrong.number} `--wrong-answers`" in report
+    assert "| reference |" in report and "| 1.00, Δlp 0.000 |" in report
+
+
+def test_without_a_baseline_trial_the_defaults_answer_first_and_a_resumed_study_keeps_the_reference(tmp_path):
+    space = "  wrong_answers: {type: bool}\n"
+    body = WORK + "load: {max_concurrency: [2]}\nconfirm: {top_k: 0}\nenqueue: [{wrong_answers: true}]\n"
+    trials, out = study(tmp_path, space, body, 1, ", baseline: false")
+    assert (tmp_path / "results" / "fake" / "quality-reference" / "server.log").exists()
+    assert trials[0].user_attrs["failure_class"] == "quality"
+    (tmp_path / "results" / "fake" / "quality-reference" / "server.log").unlink()
+    trials, out = study(tmp_path, space, body.replace("enqueue: [{wrong_answers: true}]\n", ""), 1, ", baseline: false")
+    assert not (tmp_path / "results" / "fake" / "quality-reference" / "server.log").exists()  # the stored one served
+    assert trials[-1].state.name == "COMPLETE" and trials[-1].params == {"wrong_answers": False}
+
+
+def test_quality_off_asks_nothing(tmp_path):
+    trials, out = study(tmp_path, "  wrong_answers: {type: categorical, choices: [true]}\n",
+                        WORK + "load: {max_concurrency: [2]}\nconfirm: {top_k: 0}\nquality: off\n", 2)
+    assert [t.state.name for t in trials] == ["COMPLETE", "COMPLETE"]
+    assert not any(t.user_attrs.get("quality") for t in trials)

@@ -21,10 +21,12 @@ def test_defaults_launch_with_no_tuning_flags():
 def test_every_tuning_param_maps_to_its_flag():
     params = {"parallel": 8, "threads": 2, "threads_batch": 2, "batch_size": 512, "ubatch_size": 128,
               "cont_batching": False, "flash_attn": "on", "cache_type_k": "q8_0", "cache_type_v": "q8_0",
-              "ctx_size": 8192, "kv_unified": True, "cache_reuse": 256, "load_mode": "mlock"}
+              "ctx_size": 8192, "kv_unified": True, "cache_reuse": 256, "load_mode": "mlock",
+              "rope_freq_base": 500000}
     args = get_engine("llamacpp").build(params, CTX).argv[10:]
     assert args == ["-np", "8", "-t", "2", "-tb", "2", "-b", "512", "-ub", "128", "-nocb", "-fa", "on",
-                    "-ctk", "q8_0", "-ctv", "q8_0", "-c", "8192", "-kvu", "--cache-reuse", "256", "-lm", "mlock"]
+                    "-ctk", "q8_0", "-ctv", "q8_0", "-c", "8192", "-kvu", "--cache-reuse", "256", "-lm", "mlock",
+                    "--rope-freq-base", "500000"]
 
 
 def test_booleans_pick_the_on_or_off_flag_and_may_pass_nothing():
