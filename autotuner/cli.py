@@ -73,6 +73,9 @@ def run(
         None, "--gpus", help="GPU ids the trials share, e.g. 0,1,2,3 (default: 0 to hardware.gpus-1)."
     ),
     worker: str | None = typer.Option(None, "--worker", hidden=True, help="Set by --parallel for its workers."),
+    advice: str = typer.Option(
+        "auto", "--advice", help="auto: the experiment's advisors propose configs before the sampler; ask: show each "
+        "proposal and wait for y/n (never waits without a terminal); off: the sampler alone."),
     verbose: bool = typer.Option(
         False,
         "--verbose",
@@ -87,6 +90,8 @@ def run(
 
     from autotuner.config import ConfigError, load_experiment
 
+    if advice not in ("auto", "ask", "off"):
+        _fail(f"--advice: expected auto, ask or off (got {advice!r})")
     try:
         exp = load_experiment(experiment)
         exp = _override(exp, study={"storage": storage, "seed": _worker_seed(exp, seed, worker)},
@@ -98,7 +103,10 @@ def run(
             from autotuner.util.logfile import route_library_logs
 
             route_library_logs(results / exp.config.study_name)
-        tuner = _make_tuner(exp, tracking_uri, results, pool=_pool(exp, parallel, gpus), worker=worker)
+        # Workers run unattended: only the one process at a terminal asks.
+        if advice == "ask" and (worker is not None or not sys.stdin.isatty()):
+            advice = "auto"
+        tuner = _make_tuner(exp, tracking_uri, results, pool=_pool(exp, parallel, gpus), worker=worker, advice=advice)
     except ConfigError as e:
         _fail(str(e))
         return
@@ -123,6 +131,7 @@ def run(
             "--gpus": gpus,
             "--results": results,
             "--parallel": parallel,
+            "--advice": advice,
         }
         given = [str(x) for k, v in options.items() if v is not None for x in (k, v)] + ["--verbose"] * verbose
         code = run_workers(lambda name, n: [sys.executable, "-m", "autotuner.cli", "run", "--experiment",
@@ -185,7 +194,12 @@ def _pool(exp, parallel: int, gpus: str | None):
     return Leases(pool) if pool else None
 
 
-def _make_tuner(exp, tracking_uri: str | None, results: Path, pool=None, worker: str | None = None):
+def _ask(question: str) -> bool:
+    return typer.confirm(question + "\n  launch it?", default=True, err=True)
+
+
+def _make_tuner(exp, tracking_uri: str | None, results: Path, pool=None, worker: str | None = None,
+                advice: str = "auto"):
     from autotuner.config import ConfigError
     from autotuner.core import preflight
     from autotuner.core.driver import StudyDriver
@@ -208,7 +222,7 @@ def _make_tuner(exp, tracking_uri: str | None, results: Path, pool=None, worker:
 
     return StudyDriver(exp, engine=engine, launcher=launcher, tracker=tracker, results_dir=results,
                  binary=str(binary) if binary else None, engine_version=engine_version, pool=pool,
-                 progress=lambda total: Progress(total, cfg.objective.metric, worker=worker))
+                 progress=lambda total: Progress(total, cfg.objective.metric, worker=worker), advice=advice, ask=_ask)
 
 
 def _dry_run(exp, trials: int) -> None:

@@ -234,6 +234,8 @@ async def collect(base_url: str, model: str, settings: Settings, timeout_s: floa
         t = time.perf_counter()
         try:
             done = await asyncio.gather(*(ask(p) for p in texts))
+        except httpx.TimeoutException:
+            raise AnswerError(f"timeout after {timeout_s:g} s") from None
         except (httpx.HTTPError, OSError, ValueError) as e:  # no answer, or not JSON
             raise AnswerError(f"{type(e).__name__}: {e}") from None
         seconds = time.perf_counter() - t

@@ -31,7 +31,7 @@ import optuna
 from autotuner.config import load_experiment
 from autotuner.core.load_search import make_plan
 from autotuner.core.objective import SloViolated, level_value, meets, trial_values
-from autotuner.core.pruning import ceiling
+from autotuner.core.pruning import ceiling, measured_scaling
 from autotuner.core.study import make_pruner
 
 REPO = Path(__file__).resolve().parent.parent
@@ -52,6 +52,7 @@ def replay(rows: list[dict[str, Any]], levels: list[int], exp: Any, pruner_name:
     order = rows[:]
     random.Random(seed).shuffle(order)
     spent, pruned, best = 0.0, 0, (None, -1.0)
+    finished: list[list[dict[str, float]]] = []  # as the executor reads them from the study
     for row in order:
         trial = study.ask()
         plan = make_plan(load, lambda m: meets(m, objective))
@@ -72,15 +73,18 @@ def replay(rows: list[dict[str, Any]], levels: list[int], exp: Any, pruner_name:
             if old:  # each level's own value, when it met the SLO
                 bound = level_value(measured[-1], objective) if meets(measured[-1], objective) else None
             else:
+                learned = (measured_scaling(finished, metric=objective.metric, load_key="max_concurrency",
+                                            max_load=max(levels)) if pruner_name == "ceiling" else {})
                 bound = ceiling(measured, metric=objective.metric, direction=objective.direction,
                                 load_key="max_concurrency", max_load=max(levels),
-                                passes=lambda m: meets(m, objective), last_level=following is None)
+                                passes=lambda m: meets(m, objective), last_level=following is None, scaling=learned)
             if bound is not None:
                 trial.report(bound, step)
                 if following is not None and trial.should_prune():
                     state = "PRUNED"
                     break
             level, step = following, step + 1
+        finished.append(measured)
         if state == "PRUNED":
             pruned += 1
             study.tell(trial, state=optuna.trial.TrialState.PRUNED)
@@ -105,7 +109,7 @@ def main() -> None:
     levels, rows = read(args.landscape)
     exp = load_experiment(REPO / "experiments" / "quickstart.yaml")
     runs = {name: [replay(rows, levels, exp, name, s) for s in range(args.seeds)]
-            for name in ("none", "ceiling", "median", "median (old)")}
+            for name in ("none", "ceiling (sound)", "ceiling", "median", "median (old)")}
     base = runs["none"]
     print(
         f"\n{len(rows)} configs that start, levels {levels}, {args.seeds} orders; measurement time against no pruning"

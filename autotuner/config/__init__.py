@@ -177,6 +177,11 @@ class LoadConfig(_Strict):
                 raise ValueError(f"load levels must be positive (got {v})")
         return self
 
+    @property
+    def max_load(self) -> float:
+        """The highest load a trial measures (the top of a search's range)."""
+        return max(float(v) for level in self.levels() for v in level.values())
+
     def levels(self) -> list[dict[str, Any]]:
         """The listed levels; for a search, its two ends (what the first probes measure)."""
         if self.search:
@@ -319,6 +324,10 @@ class ConfirmConfig(_Strict):
                          "winner is the best median of these.")
 
 
+AdvisorName = Literal["engine", "earlier-studies"]
+ADVISORS: tuple[AdvisorName, ...] = ("earlier-studies", "engine")
+
+
 class QualityConfig(_Strict):
     """The quality gate (autotuner/quality.py): every candidate answers a fixed prompt set greedily before its
     load levels, and must answer as the engine's defaults did. `quality: off` turns it off."""
@@ -404,6 +413,11 @@ class ExperimentConfig(_Strict):
     enqueue: list[dict[str, Choice]] = Field(
         default_factory=list, description="Configs to try first (after the baseline), by param name."
     )
+    advisors: list[AdvisorName] = Field(
+        default_factory=lambda: list(ADVISORS),
+        description="Who proposes configs before the sampler, in this order (autotuner/advisors/): the confirmed "
+                    "winners of earlier studies in the same storage, and the engine's own knowledge. [] : the "
+                    "sampler alone.")
 
     @field_validator("quality", mode="before")
     @classmethod

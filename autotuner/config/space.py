@@ -52,6 +52,37 @@ class RandomSuggester:
         return self.rng.choice(list(choices))
 
 
+class FixedSuggester:
+    """Suggests the given values, each fitted to the nearest one the param allows; a param without a
+    value gets its lowest value (ints, floats) or first choice."""
+
+    def __init__(self, values: Mapping[str, Any]):
+        self.values = values
+
+    def suggest_int(self, name: str, low: int, high: int, *, step: int = 1, log: bool = False) -> int:
+        want = self.values.get(name)
+        if isinstance(want, bool) or not isinstance(want, (int, float)):
+            return low
+        return min(max(low + round((want - low) / step) * step, low), high - (high - low) % step)
+
+    def suggest_float(self, name: str, low: float, high: float, *, step: float | None = None,
+                      log: bool = False) -> float:
+        want = self.values.get(name)
+        if isinstance(want, bool) or not isinstance(want, (int, float)):
+            return low
+        value = min(max(float(want), low), high)
+        return low + round((value - low) / step) * step if step else value
+
+    def suggest_categorical(self, name: str, choices: Any) -> Any:
+        want = self.values.get(name)
+        if want in choices:
+            return want
+        numbers = [c for c in choices if isinstance(c, (int, float)) and not isinstance(c, bool)]
+        if isinstance(want, (int, float)) and not isinstance(want, bool) and numbers:
+            return min(numbers, key=lambda c: (abs(c - want), -c))  # a tie goes to the larger
+        return choices[0]
+
+
 class ExpressionError(ValueError):
     """An expression uses something outside the small language, or a name that does not exist."""
 

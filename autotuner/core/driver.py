@@ -28,6 +28,9 @@ import optuna
 from optuna.trial import TrialState
 
 from autotuner import quality
+from autotuner.advisors import Advisor, StudySoFar, complete
+from autotuner.advisors.earlier_studies import EarlierStudies
+from autotuner.advisors.engine_knowledge import EngineKnowledge
 from autotuner.config import Experiment, recheck
 from autotuner.config.space import RandomSuggester, SearchSpace
 from autotuner.core import record, stopping, winner
@@ -38,7 +41,7 @@ from autotuner.core.objective import meets, scored_index
 from autotuner.core.progress import Progress
 from autotuner.core.recovery import WORKER_ATTR, Heartbeat, recover_stale_trials
 from autotuner.core.sampling import FAILURE_CONSTRAINT
-from autotuner.core.study import best_trial, open_study, primary_value
+from autotuner.core.study import best_trial, open_study, primary_value, sized_sampler
 from autotuner.core.study import candidates as study_candidates
 from autotuner.core.study import verdict as study_verdict
 from autotuner.engines._base import Engine, LaunchSpec
@@ -46,7 +49,7 @@ from autotuner.launchers._base import Launcher, this_owner
 from autotuner.node import host
 from autotuner.node.pool import Leases
 from autotuner.tracking import MlflowStudyLog, MlflowTracker
-from autotuner.tracking.artifacts import StudyArtifacts
+from autotuner.tracking.artifacts import StudyArtifacts, settings
 from autotuner.util import locks, secrets
 from autotuner.util.interrupts import StopRequests
 
@@ -62,7 +65,7 @@ class StudyDriver:
     def __init__(self, experiment: Experiment, *, engine: Engine, launcher: Launcher, tracker: MlflowTracker,
                  results_dir: Path = Path("results"), binary: str | None = None,
                  progress: Callable[[int | None], Progress] | None = None, engine_version: str | None = None,
-                 pool: Leases | None = None):
+                 pool: Leases | None = None, advice: str = "auto", ask: Callable[[str], bool] | None = None):
         self.exp = experiment
         self.cfg = experiment.config
         recheck(self.cfg)  # command-line overrides are applied after the file was validated
@@ -92,6 +95,9 @@ class StudyDriver:
                                       secrets=self.secrets, pool=pool)
         self._stop = StopRequests()
         self._no_reference: str | None = None  # why this run checks no answers (the defaults gave none)
+        self.advisors = self._make_advisors() if advice != "off" else []
+        self._ask_user = ask if advice == "ask" else None  # None: proposals are taken without asking
+        self._refused: set[tuple[str, Any]] = set()  # proposals already refused (said once)
 
     # --- the study --------------------------------------------------------------------------------------
 
@@ -102,6 +108,7 @@ class StudyDriver:
         recorded; the interrupted configuration is queued again, so rerunning resumes where it stopped.
         """
         progress = self._progress_factory(n_trials)
+        self.study.sampler = sized_sampler(self.cfg, self.study, n_trials)  # its start-up fits the budget
         recovered = recover_stale_trials(self.study)
         if recovered:
             progress.note(f"trial(s) {', '.join(f'#{n}' for n in recovered)} of a killed run: failed and queued again")
@@ -128,6 +135,7 @@ class StudyDriver:
                     self._ensure_reference(progress)
                     if self._stop.requested:
                         break
+                    self._advise(progress, trials_left=n_trials - index + 1)
                     if (cap := self.cfg.stop.max_trials) and self._trials_in_study() >= cap:
                         message = f"the study holds its {cap} trials (stop.max_trials)"
                         progress.note(f"stopping: {message}")
@@ -282,6 +290,66 @@ class StudyDriver:
                 },
                 skip_if_exists=True,
             )
+
+    # --- advisors ------------------------------------------------------------------------------------------
+
+    def _make_advisors(self) -> list[Advisor]:
+        made: dict[str, Advisor] = {
+            "engine": EngineKnowledge(self.engine),
+            "earlier-studies": EarlierStudies(self.cfg.study.storage, self.cfg.study_name, self.engine.name,
+                                              self.host, settings(self.exp)),
+        }
+        return [made[name] for name in self.cfg.advisors]
+
+    def _study_so_far(self, trials_left: int | None) -> StudySoFar:
+        views = [record.view(t) for t in self.study.get_trials(deepcopy=False)]
+        launched = [t for t in views if t.counted and t.state not in ("WAITING", "RUNNING")]
+        load_key = load_kind(self.cfg.load)
+        return StudySoFar(
+            trials=launched, space=self.space, load_key=load_key,
+            max_load=self.cfg.load.max_load,
+            cpus=self.cfg.hardware.cpus or int(self.host.get("cpus_usable") or 1), gpus=self.cfg.hardware.gpus,
+            metric=self.cfg.objective.metric, direction=self.cfg.objective.direction, trials_left=trials_left,
+            defaults=self.engine.defaults(),
+        )
+
+    def _advise(self, progress: Progress, trials_left: int | None) -> None:
+        """When the queue is empty: the first advisor with a new, valid proposal gets this slot (asked
+        again after every trial, with its evidence); none: the sampler's slot."""
+        if not self.advisors or self.study.get_trials(deepcopy=False, states=(TrialState.WAITING,)):
+            return
+        so_far = self._study_so_far(trials_left)
+        running = {record.view(t).config_key
+                   for t in self.study.get_trials(deepcopy=False, states=(TrialState.RUNNING,))}
+        for advisor in self.advisors:
+            try:
+                proposals = advisor.propose(so_far)
+            except Exception as e:  # a bug, an unreadable earlier study: its proposals are lost, not the study
+                self._refuse(progress, advisor.name, None, f"failed: {type(e).__name__}: {e}")
+                continue
+            for p in proposals:
+                params = complete(p.params, self.space, so_far.defaults)
+                key = record.config_key(params, False)
+                if self._measured(params, False) is not None or key in running:
+                    continue
+                broken = [why] if (why := self.space.contains(params)) else self.executor.infeasible(params)
+                if broken:
+                    self._refuse(progress, advisor.name, key, f"proposed {self.engine.describe(params)}: refused "
+                                 f"({'; '.join(broken)})")
+                    continue
+                if (advisor.name, key) in self._refused:
+                    continue
+                if self._ask_user is not None and not self._ask_user(
+                        f"{advisor.name} proposes {self.engine.describe(params) or '(defaults)'}: {p.reason}"):
+                    self._refuse(progress, advisor.name, key, "proposal declined")
+                    continue
+                self.study.enqueue_trial(params, user_attrs={record.PROPOSED_BY: advisor.name, record.REASON: p.reason})
+                return
+
+    def _refuse(self, progress: Progress, who: str, key: Any, why: str) -> None:
+        if (who, key) not in self._refused:
+            self._refused.add((who, key))
+            progress.note(f"advisor {who}: {why}")
 
     # --- the quality gate's reference -------------------------------------------------------------------
 

@@ -32,7 +32,7 @@ from autotuner.bench.spread import spread_metrics
 from autotuner.bench.workload import Workload, level_workload, warmup_workload
 from autotuner.config import Experiment
 from autotuner.config.space import SearchSpace
-from autotuner.core import launch, pruning
+from autotuner.core import launch, pruning, record
 from autotuner.core.load_search import level_text, load_kind, make_plan
 from autotuner.core.objective import SloViolated, meets, slo_within, trial_values
 from autotuner.core.progress import Progress
@@ -235,7 +235,8 @@ class TrialExecutor:
         t = time.perf_counter()
         step, level = 0, plan.next_level([])
         load_key = load_kind(self.cfg.load)
-        max_load = max(float(v) for lv in self.cfg.load.levels() for v in lv.values())
+        max_load = self.cfg.load.max_load
+        scaling = self._measured_scaling(trial, load_key, max_load)
         while level is not None:
             of = f" [{step + 1}/{plan.total}]" if plan.total > 1 else ""
             progress.phase(f"measuring {level_text(level)}{of} ({w.num_prompts} requests)")
@@ -269,7 +270,8 @@ class TrialExecutor:
             # reports the trial's ceiling (pruning.py): the same quantity as its value, never a lower load's.
             bound = pruning.ceiling(self.records.level_metrics, metric=objective.metric,
                                     direction=objective.direction, load_key=load_key, max_load=max_load,
-                                    passes=lambda m: meets(m, objective), last_level=following is None)
+                                    passes=lambda m: meets(m, objective), last_level=following is None,
+                                    scaling=scaling)
             if trial is not None and not objective.multi and bound is not None:
                 trial.report(bound, step)
                 if following is not None and trial.should_prune():
@@ -292,6 +294,17 @@ class TrialExecutor:
             return TrialResult("FAIL", levels=results, failure_class="slo-violated", reason=str(e),
                                level_metrics=level_metrics, transient=near)
         return TrialResult("COMPLETE", values=values, levels=results, level_metrics=level_metrics)
+
+    def _measured_scaling(self, trial: optuna.Trial | None, load_key: str, max_load: float) -> dict[float, float]:
+        """How steeply the study's finished trials grew with load (pruning.measured_scaling), for the
+        ceiling pruner only: Optuna's pruners compare ceilings across trials, which must be bounded alike."""
+        if trial is None or self.cfg.study.pruner != "ceiling":
+            return {}
+        finished = trial.study.get_trials(deepcopy=False, states=(optuna.trial.TrialState.COMPLETE,
+                                                                  optuna.trial.TrialState.PRUNED,
+                                                                  optuna.trial.TrialState.FAIL))
+        return pruning.measured_scaling([t.user_attrs.get(record.LEVELS) or [] for t in finished],
+                                        metric=self.cfg.objective.metric, load_key=load_key, max_load=max_load)
 
     def infeasible(self, params: dict[str, Any]) -> list[str]:
         return self.space.broken_constraints(params) + self.engine.infeasible(params, self.facts)

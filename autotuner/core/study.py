@@ -19,24 +19,38 @@ from autotuner.core.pruning import CeilingPruner
 from autotuner.core.sampling import FailureAwareSampler
 from autotuner.util import locks
 
+STARTUP_TRIALS = 10  # TPE's random start-up when the budget is unknown or large
 
-def make_sampler(name: str, seed: int | None) -> optuna.samplers.BaseSampler:
+
+def startup_trials(budget: int | None) -> int:
+    """TPE's random start-up sized to the budget: a third of it, 3 to 10 (no 10 random trials in a night of 8)."""
+    return STARTUP_TRIALS if budget is None else min(STARTUP_TRIALS, max(3, budget // 3))
+
+
+def make_sampler(name: str, seed: int | None, startup: int = STARTUP_TRIALS) -> optuna.samplers.BaseSampler:
     """Optuna's sampler of that name; all but random search learn from failed configurations."""
     if name == "random":
         return optuna.samplers.RandomSampler(seed=seed)
-    return FailureAwareSampler(_base_sampler(name, seed), style="pruned" if name == "tpe" else "infeasible")
+    return FailureAwareSampler(_base_sampler(name, seed, startup), style="pruned" if name == "tpe" else "infeasible")
 
 
-def _base_sampler(name: str, seed: int | None) -> optuna.samplers.BaseSampler:
+def sized_sampler(cfg: ExperimentConfig, study: optuna.Study, budget: int | None) -> optuna.samplers.BaseSampler:
+    """The experiment's sampler for a run of `budget` trials (a resumed seeded study reseeded as in open_study)."""
+    n = len(study.get_trials(deepcopy=False))
+    seed = cfg.study.seed + n if cfg.study.seed is not None and n else cfg.study.seed
+    return make_sampler(cfg.study.sampler, seed, startup_trials(budget))
+
+
+def _base_sampler(name: str, seed: int | None, startup: int = STARTUP_TRIALS) -> optuna.samplers.BaseSampler:
     if name == "tpe":
         # multivariate: llama.cpp's knobs interact (slots x batch x threads); constant_liar: parallel workers.
         # group: conditional params get groups of their own instead of leaving the joint model.
         with warnings.catch_warnings():
             warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
             return optuna.samplers.TPESampler(seed=seed, multivariate=True, group=True, constant_liar=True,
-                                              n_startup_trials=10)
+                                              n_startup_trials=startup)
     if name == "gp":
-        return optuna.samplers.GPSampler(seed=seed)
+        return optuna.samplers.GPSampler(seed=seed, n_startup_trials=startup)
     if name == "nsga2":
         return optuna.samplers.NSGAIISampler(seed=seed)
     raise ConfigError(f"unknown sampler '{name}' (samplers: tpe, random, gp, nsga2)")

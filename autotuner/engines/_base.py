@@ -12,7 +12,10 @@ import shlex
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar
+
+if TYPE_CHECKING:  # the advisor seam's types; engines only fill them
+    from autotuner.advisors import Proposal, StudySoFar
 
 
 @dataclass(frozen=True)
@@ -154,6 +157,15 @@ class Engine:
         `num_key_value_heads`, `num_hidden_layers`, `num_experts`, `max_position_embeddings`).
         Each broken rule is one line saying what the rule is and what broke it."""
         return []
+
+    def advise(self, study: StudySoFar) -> list[Proposal]:
+        """Engine knowledge (the `engine` advisor): configs an engineer who knows this engine would try
+        first, and the next step a trial's evidence points at. None by default."""
+        return []
+
+    def defaults(self) -> dict[str, Any]:
+        """The engine's own default per param, where the adapter knows it."""
+        return {name: flag.default for name, flag in self.flags.items() if flag.default is not None}
 
     def gpus_needed(self, params: Mapping[str, Any]) -> int:
         """GPUs one launch of this config occupies (for `docker run --gpus`)."""

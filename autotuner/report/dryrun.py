@@ -11,15 +11,18 @@ samples after the first few differ.)
 
 from __future__ import annotations
 
+import os
 import shlex
 from collections.abc import Callable
 
 import optuna
 from optuna.trial import TrialState
 
+from autotuner.advisors import StudySoFar, complete
 from autotuner.config import Experiment
 from autotuner.config.space import SearchSpace
 from autotuner.core.launch import planned
+from autotuner.core.load_search import load_kind
 from autotuner.core.study import make_sampler
 from autotuner.engines._base import Engine, value_text
 from autotuner.engines.model_facts import feasibility_context
@@ -47,6 +50,13 @@ def dry_run(exp: Experiment, engine: Engine, n: int, echo: Callable[[str], None]
         study.enqueue_trial({}, user_attrs={"baseline": True})
     for params in cfg.enqueue:
         study.enqueue_trial(dict(params), user_attrs={"enqueued": True})
+    if "engine" in cfg.advisors:  # what the engine advisor starts from (earlier studies: the storage is not read)
+        so_far = StudySoFar(trials=[], space=space, load_key=load_kind(cfg.load), max_load=cfg.load.max_load,
+                            cpus=cfg.hardware.cpus or os.cpu_count() or 1, gpus=cfg.hardware.gpus,
+                            metric=cfg.objective.metric, direction=cfg.objective.direction, defaults=engine.defaults())
+        for p in engine.advise(so_far):
+            study.enqueue_trial(complete(p.params, space, so_far.defaults), user_attrs={"proposed_by": "engine",
+                                                                                        "reason": p.reason})
     infeasible = 0
     for _ in range(n):
         trial = study.ask()
@@ -55,6 +65,8 @@ def dry_run(exp: Experiment, engine: Engine, n: int, echo: Callable[[str], None]
         title = "baseline: engine defaults" if baseline else " ".join(f"{k}={_show(v)}" for k, v in params.items())
         echo("")
         echo(f"# trial {trial.number}: {title or '(defaults)'}")
+        if trial.user_attrs.get("proposed_by"):
+            echo(f"#   by {trial.user_attrs['proposed_by']}: {trial.user_attrs['reason']}")
         broken = space.broken_constraints(params) + engine.infeasible(params, facts)
         if broken:
             infeasible += 1

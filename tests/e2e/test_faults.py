@@ -101,7 +101,9 @@ def test_engine_killed_mid_measurement_is_crashed_mid_run(tmp_path, tiny_model, 
 
     model = tmp_path / "crash.gguf"
     model.write_bytes(tiny_model.read_bytes())
-    exp = write_experiment(tmp_path, model, "crash", workload=", num_prompts: 3000", study=", baseline: false")
+    # No quality gate: without a baseline trial its reference launch of the defaults would be the one killed.
+    exp = write_experiment(tmp_path, model, "crash", workload=", num_prompts: 3000", study=", baseline: false",
+                           extra="quality: off\n")
 
     def kill_engine_when_measuring():
         import httpx

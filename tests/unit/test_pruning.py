@@ -5,7 +5,7 @@ from __future__ import annotations
 import optuna
 import pytest
 
-from autotuner.core.pruning import CeilingPruner, ceiling
+from autotuner.core.pruning import SCALING_MARGIN, CeilingPruner, ceiling, measured_scaling
 
 PASS = lambda m: m.get("ttft_ms_p99", 0) <= 1000  # noqa: E731 - a tiny SLO for the tests
 
@@ -23,6 +23,20 @@ def test_throughput_ceiling_scales_the_tightest_level_to_the_highest_load():
     assert tp([lv(4, 150)]) == 600  # one slot: 150 at 4, at most 4x that at 16
     assert tp([lv(1, 100), lv(4, 150)]) == 600  # the tightest bound of the two
     assert tp([lv(4, 150), lv(16, 500)], last=True) == 500  # every level measured: the value itself
+
+
+def test_the_growth_measured_in_the_study_replaces_the_sound_bound_once_three_trials_show_it():
+    finished = [[lv(4, 100), lv(16, 120)], [lv(4, 200), lv(16, 300)], [lv(4, 100)]]  # the last: pruned at 4
+    assert measured_scaling(finished, metric="output_tok_per_s", load_key="max_concurrency", max_load=16) == {}
+    finished.append([lv(4, 50), lv(16, 60, ttft=5000)])  # over the SLO at 16: its growth still counts
+    scaling = measured_scaling(finished, metric="output_tok_per_s", load_key="max_concurrency", max_load=16)
+    assert scaling == {4.0: pytest.approx(1.5 * (1 + SCALING_MARGIN))}
+    bound = ceiling([lv(4, 150)], metric="output_tok_per_s", direction="maximize", load_key="max_concurrency",
+                    max_load=16, passes=PASS, last_level=False, scaling=scaling)
+    assert bound == pytest.approx(150 * 1.5 * (1 + SCALING_MARGIN))  # not 4x: this study's servers grow 1.5x
+    steep = {4.0: 9.0}  # never past the sound bound
+    assert ceiling([lv(4, 150)], metric="output_tok_per_s", direction="maximize", load_key="max_concurrency",
+                   max_load=16, passes=PASS, last_level=False, scaling=steep) == 600
 
 
 def test_a_level_that_missed_the_slo_still_bounds_but_never_scores():

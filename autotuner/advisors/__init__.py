@@ -1,0 +1,74 @@
+"""Who proposes configurations besides the sampler.
+
+An advisor reads the study so far (`StudySoFar`: the typed records of the launched trials, the search
+space, the load, the machine) and proposes configurations, each with a one-line reason. It decides
+nothing else: the driver completes each proposal to a full configuration of the space (`complete`),
+drops it when the space or the engine's rules refuse it or when it was measured or queued already, and
+enqueues the rest as Optuna trials tagged with the advisor's name and reason. The sampler fills every
+slot the advisors leave empty, and learns from every trial, whoever proposed it.
+
+Advisors are pure over what they are given (the earlier-studies one reads other studies from the
+storage it is pointed at, and nothing else).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+from autotuner.config.space import FixedSuggester, SearchSpace
+from autotuner.core.record import TrialView
+from autotuner.report.diagnosis import Limit, binding_limit
+
+
+@dataclass(frozen=True)
+class Proposal:
+    params: dict[str, Any]  # the values that matter to the advisor; the rest are completed by `complete`
+    reason: str  # one line: why this config, from what evidence
+
+
+@dataclass(frozen=True)
+class StudySoFar:
+    trials: list[TrialView]  # launched trials, oldest first (no re-proposals)
+    space: SearchSpace
+    load_key: str  # max_concurrency or request_rate
+    max_load: float  # the highest load a trial measures
+    cpus: int  # cores the engine may use
+    gpus: int
+    metric: str
+    direction: str
+    trials_left: int | None = None  # this run's remaining budget, when known
+    defaults: Mapping[str, Any] = field(default_factory=dict)  # the engine's own default per param
+
+    def completed(self) -> list[TrialView]:
+        return [t for t in self.trials if t.state == "COMPLETE" and t.value is not None]
+
+    def best(self) -> TrialView | None:
+        """The best completed trial by its own value (what the evidence rules read; not the winner rule)."""
+        done = self.completed()
+        if not done:
+            return None
+        pick = max if self.direction == "maximize" else min
+        return pick(done, key=lambda t: t.value)  # type: ignore[arg-type,return-value]  # completed: values set
+
+
+    def limit(self, trial: TrialView) -> Limit:
+        """What bound the trial at the level it was scored by (report.diagnosis)."""
+        metrics = trial.scored_metrics(self.metric, self.direction)
+        return binding_limit(metrics) if metrics else Limit("unknown", "no level measured")
+
+    def proposed_by(self, name: str) -> list[TrialView]:
+        return [t for t in self.trials if t.proposed_by == name]
+
+
+class Advisor(Protocol):
+    name: str
+
+    def propose(self, study: StudySoFar) -> list[Proposal]: ...
+
+
+def complete(proposal: Mapping[str, Any], space: SearchSpace, defaults: Mapping[str, Any]) -> dict[str, Any]:
+    """A full configuration of the space: the proposal's values, else the engine's defaults, each fitted to
+    the nearest value the space allows (conditions and order as the sampler would)."""
+    return space.suggest(FixedSuggester({**defaults, **proposal}))

@@ -1,0 +1,104 @@
+"""Advisors: proposals completed to configs of the space, the engines' own rules, and the driver taking
+them before the sampler (tagged, checked, never launched twice), against the fake engine for real."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from autotuner.advisors import Proposal, StudySoFar, complete
+from autotuner.config import SearchSpaceConfig
+from autotuner.config.space import SearchSpace
+from autotuner.core.record import TrialView
+from autotuner.engines._base import get_engine
+from tests.unit.test_driver import WORK, study
+
+LLAMA_SPACE = SearchSpace(SearchSpaceConfig.model_validate({"engine": "llamacpp", "params": {
+    "parallel": {"type": "int", "low": 1, "high": 16, "log": True},
+    "threads": {"type": "int", "low": 1, "high": 2},
+    "batch_size": {"type": "categorical", "choices": [128, 512, 2048]},
+    "cont_batching": {"type": "bool"},
+    "flash_attn": {"type": "categorical", "choices": ["on", "off", "auto"]},
+    "cache_type_v": {"type": "categorical", "choices": ["f16", "q8_0"], "condition": "flash_attn != 'off'"},
+    "ctx_size": {"type": "categorical", "choices": [4096, 8192, 16384]},
+    "kv_unified": {"type": "bool"},
+}}))
+
+
+def so_far(trials: list[TrialView] = (), max_load: float = 16) -> StudySoFar:
+    engine = get_engine("llamacpp")
+    return StudySoFar(trials=list(trials), space=LLAMA_SPACE, load_key="max_concurrency", max_load=max_load, cpus=2,
+                      gpus=0, metric="output_tok_per_s", direction="maximize", defaults=engine.defaults())
+
+
+def test_a_proposal_is_completed_with_the_engines_defaults_fitted_to_the_space():
+    params = complete({"parallel": 24, "flash_attn": "off"}, LLAMA_SPACE, get_engine("llamacpp").defaults())
+    assert params["parallel"] == 16 and params["batch_size"] == 2048 and params["cont_batching"] is True
+    assert "cache_type_v" not in params  # its condition is false with flash attention off
+    assert params["ctx_size"] == 4096  # the engine's 0 (the model's context) is not in the space: the nearest
+
+
+def test_llamacpp_knowledge_starts_with_a_slot_per_request_and_a_thread_per_core():
+    (first,) = get_engine("llamacpp").advise(so_far(max_load=12))
+    assert first.params | {} == first.params and first.params["parallel"] == 16 and first.params["threads"] == 2
+    assert first.params["cont_batching"] is True and "16 concurrent requests" in first.reason
+    assert complete(first.params, LLAMA_SPACE, {})["ctx_size"] == 16384  # the largest KV buffer the space has
+
+
+def test_queued_requests_point_at_more_slots():
+    queued = {"max_concurrency": 16, "output_tok_per_s": 200.0, "server_samples": 10, "server_requests_waiting_mean": 6,
+              "server_requests_running_mean": 4, "server_requests_running_max": 4}
+    best = TrialView(number=3, state="COMPLETE", params={"parallel": 4, "threads": 2}, values=[200.0],
+                     levels=[queued], scored_level=0)
+    proposals = get_engine("llamacpp").advise(so_far([best]))
+    assert [p.params.get("parallel") for p in proposals] == [16, 8]
+    assert proposals[1].reason.startswith("#3 queued requests")
+
+
+class Scripted:
+    """An advisor that proposes a fixed list (as a test instrument): one infeasible, one twice."""
+
+    name = "scripted"
+
+    def __init__(self, proposals: list[Proposal]):
+        self.proposals = proposals
+        self.seen: list[int] = []
+
+    def propose(self, s: StudySoFar) -> list[Proposal]:
+        self.seen.append(len(s.trials))
+        return self.proposals
+
+
+def test_the_driver_takes_proposals_first_checks_them_and_never_launches_one_twice(tmp_path, monkeypatch):
+    advisor = Scripted([Proposal({"itl_ms": 5, "capacity": 1}, "too small to serve"),
+                        Proposal({"itl_ms": 2}, "the fast one"), Proposal({"itl_ms": 2}, "again")])
+    monkeypatch.setattr("autotuner.core.driver.StudyDriver._make_advisors", lambda self: [advisor])
+    trials, out = study(tmp_path, "  itl_ms: {type: categorical, choices: [2, 5, 20]}\n"
+                        "  capacity: {type: categorical, choices: [64, 1]}\n",
+                        WORK + "load: {max_concurrency: [2]}\nconfirm: {top_k: 0}\nquality: off\n", 5)
+    launched = [t for t in trials if t.user_attrs.get("duplicate_of") is None]
+    by = [(t.user_attrs.get("proposed_by"), t.user_attrs.get("reason")) for t in launched]
+    assert by[0][0] == "baseline"
+    assert ("scripted", "too small to serve") in by and ("scripted", "the fast one") in by
+    assert sum(t.params.get("itl_ms") == 2 and t.params.get("capacity") == 64 for t in launched) == 1  # once
+    assert by[-1][0] in (None, "retry")  # the advisors had nothing new: the sampler's slot (or its retry)
+    assert "by scripted: the fast one" in out
+    assert advisor.seen[0] == 1 and advisor.seen == sorted(set(advisor.seen))  # asked again with more evidence
+
+
+def test_an_infeasible_proposal_is_refused_with_the_rule_it_breaks(tmp_path, monkeypatch):
+    advisor = Scripted([Proposal({"itl_ms": 5}, "breaks the rule")])
+    monkeypatch.setattr("autotuner.core.driver.StudyDriver._make_advisors", lambda self: [advisor])
+    trials, out = study(tmp_path, "  itl_ms: {type: categorical, choices: [2, 5]}\nconstraints: ['itl_ms < 5']\n",
+                        WORK + "load: {max_concurrency: [2]}\nconfirm: {top_k: 0}\nquality: off\n", 2)
+    assert "advisor scripted: proposed --itl-s 0.005: refused (itl_ms < 5)" in out
+    assert not any(t.user_attrs.get("proposed_by") == "scripted" for t in trials)  # the sampler's own may fail
+
+
+def test_a_later_study_starts_from_an_earlier_studys_confirmed_winner(tmp_path: Path):
+    space = "  itl_ms: {type: categorical, choices: [1, 10, 20, 30]}\n"
+    body = WORK + "load: {max_concurrency: [2]}\nconfirm: {top_k: 2, repeats: 1}\nquality: off\n"
+    study(tmp_path, space, body + "enqueue: [{itl_ms: 1}, {itl_ms: 20}]\n", 2, ", baseline: false")
+    trials, out = study(tmp_path, space, body, 1, ", baseline: false, name: second")
+    second = [t for t in trials if t.user_attrs.get("proposed_by") == "earlier-studies"]
+    assert second and second[0].params == {"itl_ms": 1}
+    assert "the confirmed winner of study 'fake'" in second[0].user_attrs["reason"]
