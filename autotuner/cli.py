@@ -96,6 +96,8 @@ def run(
         exp = load_experiment(experiment)
         exp = _override(exp, study={"storage": storage, "seed": _worker_seed(exp, seed, worker)},
                         stop={"target": target, "patience": patience, "max_trials": max_trials})
+        if advice == "off":  # the sampler alone, in the dry run too
+            exp = exp.model_copy(update={"config": exp.config.model_copy(update={"advisors": []})})
         if dry_run:
             _dry_run(exp, trials)
             return
@@ -103,8 +105,8 @@ def run(
             from autotuner.util.logfile import route_library_logs
 
             route_library_logs(results / exp.config.study_name)
-        # Workers run unattended: only the one process at a terminal asks.
-        if advice == "ask" and (worker is not None or not sys.stdin.isatty()):
+        # No terminal, or --parallel workers (they run unattended): nobody to ask, proposals are taken.
+        if advice == "ask" and (worker is not None or parallel > 1 or not sys.stdin.isatty()):
             advice = "auto"
         tuner = _make_tuner(exp, tracking_uri, results, pool=_pool(exp, parallel, gpus), worker=worker, advice=advice)
     except ConfigError as e:
@@ -195,7 +197,10 @@ def _pool(exp, parallel: int, gpus: str | None):
 
 
 def _ask(question: str) -> bool:
-    return typer.confirm(question + "\n  launch it?", default=True, err=True)
+    try:
+        return typer.confirm(question + "\n  launch it?", default=True, err=True)
+    except (typer.Abort, EOFError):  # Ctrl-D or a closed terminal: a no, and the study goes on
+        return False
 
 
 def _make_tuner(exp, tracking_uri: str | None, results: Path, pool=None, worker: str | None = None,

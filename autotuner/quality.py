@@ -163,7 +163,8 @@ def judge(score: Score, bar: QualityConfig) -> str | None:
     if not missed:
         return None
     where = f"first divergence at {score.unit} {score.first_divergence:.1f} on average"
-    return f"answers differ from the defaults': {', '.join(missed)}; {where}; e.g. {score.example}"
+    example = f"; e.g. {score.example}" if score.example else ""
+    return f"answers differ from the defaults': {', '.join(missed)}; {where}{example}"
 
 
 def describe(score: Score) -> str:

@@ -17,14 +17,14 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
-from autotuner.config.space import FixedSuggester, SearchSpace
+from autotuner.config.space import SearchSpace
 from autotuner.core.record import TrialView
 from autotuner.report.diagnosis import Limit, binding_limit
 
 
 @dataclass(frozen=True)
 class Proposal:
-    params: dict[str, Any]  # the values that matter to the advisor; the rest are completed by `complete`
+    params: dict[str, Any]  # the values that matter to the advisor; `complete` fits them to the space
     reason: str  # one line: why this config, from what evidence
 
 
@@ -69,6 +69,7 @@ class Advisor(Protocol):
 
 
 def complete(proposal: Mapping[str, Any], space: SearchSpace, defaults: Mapping[str, Any]) -> dict[str, Any]:
-    """A full configuration of the space: the proposal's values, else the engine's defaults, each fitted to
-    the nearest value the space allows (conditions and order as the sampler would)."""
-    return space.suggest(FixedSuggester({**defaults, **proposal}))
+    """The proposal fitted to the space, with the engine's defaults where the space allows them exactly;
+    any param left without a value is the sampler's to choose when the trial runs."""
+    allowed = {k: v for k, v in defaults.items() if k in space.names and space.contains({k: v}) is None}
+    return space.fit({**allowed, **proposal})

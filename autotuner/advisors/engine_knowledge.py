@@ -3,6 +3,8 @@ evidence points at. The rules themselves are each adapter's (`Engine.advise`, ne
 
 from __future__ import annotations
 
+import math
+
 from autotuner.advisors import Proposal, StudySoFar
 from autotuner.engines._base import Engine
 
@@ -19,4 +21,4 @@ class EngineKnowledge:
 
 def at_least(value: float) -> int:
     """The smallest power of two >= value: slot counts that cover a load without splitting hairs."""
-    return 1 << max(int(value) - 1, 0).bit_length()
+    return 1 << max(math.ceil(value) - 1, 0).bit_length()

@@ -335,7 +335,7 @@ class QualityConfig(_Strict):
     prompts: int = Field(16, gt=0, le=256, description="Prompts of the fixed set each launch answers.")
     max_tokens: int = Field(32, gt=0, description="Tokens per answer (greedy decoding).")
     min_token_agreement: float = Field(
-        0.9, ge=0, le=1, description="Share of prompts a candidate must answer token for token as the defaults did.")
+        0.85, ge=0, le=1, description="Share of prompts a candidate must answer token for token as the defaults did.")
     max_logprob_delta: float | None = Field(
         0.01, ge=0, description="Largest mean |difference| of the answers' log-probabilities where both answers "
                                 "still agree (none: not checked).")

@@ -52,37 +52,6 @@ class RandomSuggester:
         return self.rng.choice(list(choices))
 
 
-class FixedSuggester:
-    """Suggests the given values, each fitted to the nearest one the param allows; a param without a
-    value gets its lowest value (ints, floats) or first choice."""
-
-    def __init__(self, values: Mapping[str, Any]):
-        self.values = values
-
-    def suggest_int(self, name: str, low: int, high: int, *, step: int = 1, log: bool = False) -> int:
-        want = self.values.get(name)
-        if isinstance(want, bool) or not isinstance(want, (int, float)):
-            return low
-        return min(max(low + round((want - low) / step) * step, low), high - (high - low) % step)
-
-    def suggest_float(self, name: str, low: float, high: float, *, step: float | None = None,
-                      log: bool = False) -> float:
-        want = self.values.get(name)
-        if isinstance(want, bool) or not isinstance(want, (int, float)):
-            return low
-        value = min(max(float(want), low), high)
-        return low + round((value - low) / step) * step if step else value
-
-    def suggest_categorical(self, name: str, choices: Any) -> Any:
-        want = self.values.get(name)
-        if want in choices:
-            return want
-        numbers = [c for c in choices if isinstance(c, (int, float)) and not isinstance(c, bool)]
-        if isinstance(want, (int, float)) and not isinstance(want, bool) and numbers:
-            return min(numbers, key=lambda c: (abs(c - want), -c))  # a tie goes to the larger
-        return choices[0]
-
-
 class ExpressionError(ValueError):
     """An expression uses something outside the small language, or a name that does not exist."""
 
@@ -172,6 +141,22 @@ class SearchSpace:
             params[name] = _suggest_one(trial, name, spec)
         return params
 
+    def fit(self, values: Mapping[str, Any]) -> Params:
+        """`values` fitted to the space, in the file's order: each to the nearest value its param allows;
+        a param without a value, or whose condition is false, is left out (for the sampler to choose)."""
+        params: Params = {}
+        for name, spec in self.config.params.items():
+            cond = self._conditions.get(name)
+            if cond is not None:
+                try:
+                    if not _eval(cond, params):
+                        continue
+                except _Unset:
+                    continue
+            if name in values and (value := _nearest(spec, values[name])) is not None:
+                params[name] = value
+        return params
+
     def broken_constraints(self, params: Mapping[str, Any]) -> list[str]:
         """The constraints this config breaks; one naming an unsampled param does not apply."""
         broken = []
@@ -201,6 +186,27 @@ class SearchSpace:
                 if not spec.low <= value <= spec.high:
                     return f"'{name}' must be within [{spec.low}, {spec.high}] (got {value!r})"
         return None
+
+
+def _nearest(spec: Any, want: Any) -> Any:
+    """The value of `spec` nearest to `want` (a tie goes to the larger); None when nothing is near."""
+    number = isinstance(want, (int, float)) and not isinstance(want, bool)
+    if isinstance(spec, BoolParam):
+        return want if isinstance(want, bool) else None
+    if isinstance(spec, CategoricalParam):
+        if want in spec.choices:
+            return want
+        numbers = [c for c in spec.choices if isinstance(c, (int, float)) and not isinstance(c, bool)]
+        return min(numbers, key=lambda c: (abs(c - want), -c)) if number and numbers else None
+    if not number:
+        return None
+    value = min(max(want, spec.low), spec.high)
+    if isinstance(spec, IntParam):
+        top = spec.high - (spec.high - spec.low) % spec.step  # the highest value on the step grid
+        return min(spec.low + round((value - spec.low) / spec.step) * spec.step, top)
+    if spec.step:
+        value = min(spec.low + round((value - spec.low) / spec.step) * spec.step, spec.high)
+    return float(value)
 
 
 def _suggest_one(trial: Suggester, name: str, spec: Any) -> Any:

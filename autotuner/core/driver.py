@@ -28,7 +28,7 @@ import optuna
 from optuna.trial import TrialState
 
 from autotuner import quality
-from autotuner.advisors import Advisor, StudySoFar, complete
+from autotuner.advisors import Advisor, Proposal, StudySoFar, complete
 from autotuner.advisors.earlier_studies import EarlierStudies
 from autotuner.advisors.engine_knowledge import EngineKnowledge
 from autotuner.config import Experiment, recheck
@@ -54,9 +54,7 @@ from autotuner.util import locks, secrets
 from autotuner.util.interrupts import StopRequests
 
 MAX_REASKS = 20  # re-proposals of measured configs in a row before an unmeasured one is drawn at random
-# Failures that say the config cannot run here: final at once (the transient ones get one more launch).
-PERMANENT_FAILURES = frozenset({"infeasible", "bad-flag", "assert", "oom", "model-load", "exited-at-start",
-                                "crashed-mid-run", "quality", "backend", "internal"})
+REFERENCE_TRIES = 2  # launches of the defaults to get the quality gate's reference before giving up
 
 
 class StudyDriver:
@@ -97,7 +95,7 @@ class StudyDriver:
         self._no_reference: str | None = None  # why this run checks no answers (the defaults gave none)
         self.advisors = self._make_advisors() if advice != "off" else []
         self._ask_user = ask if advice == "ask" else None  # None: proposals are taken without asking
-        self._refused: set[tuple[str, Any]] = set()  # proposals already refused (said once)
+        self._refused: set[tuple[str, Any]] = set()  # proposals refused (said once) or taken, this run
 
     # --- the study --------------------------------------------------------------------------------------
 
@@ -132,15 +130,12 @@ class StudyDriver:
                         progress.note(f"time budget of {timeout_s:g} s spent after {index - 1} trial(s)")
                         break
                     self._recover_dead_workers(progress)
-                    self._ensure_reference(progress)
-                    if self._stop.requested:
-                        break
-                    self._advise(progress, trials_left=n_trials - index + 1)
                     if (cap := self.cfg.stop.max_trials) and self._trials_in_study() >= cap:
                         message = f"the study holds its {cap} trials (stop.max_trials)"
                         progress.note(f"stopping: {message}")
                         self.study.set_user_attr("stop_reason", message)
                         break
+                    self._advise(progress, trials_left=n_trials - index + 1)
                     if not self._run_trial(index, progress):
                         message = "every configuration of the search space was measured"
                         progress.note(f"stopping: {message}")
@@ -322,29 +317,31 @@ class StudyDriver:
         running = {record.view(t).config_key
                    for t in self.study.get_trials(deepcopy=False, states=(TrialState.RUNNING,))}
         for advisor in self.advisors:
-            try:
-                proposals = advisor.propose(so_far)
-            except Exception as e:  # a bug, an unreadable earlier study: its proposals are lost, not the study
+            try:  # a bug, an unreadable earlier study: that advisor's proposals are lost, never the study
+                for p in advisor.propose(so_far):
+                    if self._take(advisor.name, p, so_far, running, progress):
+                        return
+            except Exception as e:
                 self._refuse(progress, advisor.name, None, f"failed: {type(e).__name__}: {e}")
-                continue
-            for p in proposals:
-                params = complete(p.params, self.space, so_far.defaults)
-                key = record.config_key(params, False)
-                if self._measured(params, False) is not None or key in running:
-                    continue
-                broken = [why] if (why := self.space.contains(params)) else self.executor.infeasible(params)
-                if broken:
-                    self._refuse(progress, advisor.name, key, f"proposed {self.engine.describe(params)}: refused "
-                                 f"({'; '.join(broken)})")
-                    continue
-                if (advisor.name, key) in self._refused:
-                    continue
-                if self._ask_user is not None and not self._ask_user(
-                        f"{advisor.name} proposes {self.engine.describe(params) or '(defaults)'}: {p.reason}"):
-                    self._refuse(progress, advisor.name, key, "proposal declined")
-                    continue
-                self.study.enqueue_trial(params, user_attrs={record.PROPOSED_BY: advisor.name, record.REASON: p.reason})
-                return
+
+    def _take(self, who: str, p: Proposal, so_far: StudySoFar, running: set[Any], progress: Progress) -> bool:
+        """Enqueue the proposal when it is new and valid; True when it took the slot."""
+        params = complete(p.params, self.space, so_far.defaults)
+        key = record.config_key(params, False)
+        if (who, key) in self._refused or self._measured(params, False) is not None or key in running:
+            return False
+        broken = [why] if (why := self.space.contains(params)) else self.executor.infeasible(params)
+        if broken:
+            self._refuse(progress, who, key, f"proposed {self.engine.describe(params)}: refused ({'; '.join(broken)})")
+            return False
+        if self._ask_user is not None and not self._ask_user(
+                f"{who} proposes {self.engine.describe(params) or '(defaults)'}: {p.reason}"):
+            self._refuse(progress, who, key, "proposal declined")
+            return False
+        self._refused.add((who, key))  # proposed once per run: the sampler completes what it left open
+        self.study.enqueue_trial(params, user_attrs={record.PROPOSED_BY: who, record.REASON: p.reason},
+                                 skip_if_exists=True)
+        return True
 
     def _refuse(self, progress: Progress, who: str, key: Any, why: str) -> None:
         if (who, key) not in self._refused:
@@ -365,7 +362,10 @@ class StudyDriver:
         stored = self.study.user_attrs.get(record.QUALITY_REFERENCE)
         if not stored:
             return None
-        reference = quality.Answers.from_json(stored)
+        try:
+            reference = quality.Answers.from_json(stored)
+        except (KeyError, TypeError, ValueError):  # written by another version: asked again
+            return None
         return reference if reference.settings == self._quality_settings() else None
 
     def _gate(self, baseline: bool) -> quality.Gate | None:
@@ -379,29 +379,31 @@ class StudyDriver:
         return quality.Gate(settings, self.cfg.quality, reference) if reference is not None else None
 
     def _store_reference(self, answers: quality.Answers) -> None:
-        if self._reference() is None:  # another worker may have stored one: the first stays
+        if self._reference() is None:  # workers racing here store equal answers (both from the defaults)
             self.study.set_user_attr(record.QUALITY_REFERENCE, answers.to_json())
             self._emit("reference_answered", answers.to_json())
 
-    def _ensure_reference(self, progress: Progress) -> None:
-        """Before the first candidate: the reference, from the baseline trial when one is queued, else
-        from a launch of the defaults that only answers the prompt set."""
-        settings = self._quality_settings()
-        if settings is None or self._no_reference or self._reference() is not None:
+    def _ensure_reference(self, number: int, progress: Progress) -> None:
+        """Before a candidate is judged: the reference. The baseline trial answers it when it runs first;
+        otherwise (no baseline trial, a resumed study, another worker's baseline still running) the
+        defaults are launched to answer the prompt set only, up to REFERENCE_TRIES times."""
+        if self._quality_settings() is None or self._no_reference or self._reference() is not None:
             return
-        waiting = self.study.get_trials(deepcopy=False, states=(TrialState.WAITING,))
-        if any(t.user_attrs.get(record.BASELINE) for t in waiting):
-            return  # the baseline trial answers first
-        progress.phase("the engine's defaults answer the quality prompts (the reference)")
-        label = "quality-reference"
-        result = self.executor.run({}, trial=None, trial_dir=self.workdir / label, progress=progress, timings={},
-                                   label=label, gate=self._gate(baseline=True), measure_levels=False)
-        self.redact.file(self.workdir / label / "server.log")
-        if result.answers is not None:
-            self._store_reference(result.answers)
-        elif result.failure_class != "interrupted":
-            self._no_reference = f"the defaults gave no reference answers ({result.failure_class}: {result.reason})"
-            progress.note(f"quality: {self._no_reference}: no config's answers are checked in this run")
+        result = None
+        for attempt in range(1, REFERENCE_TRIES + 1):
+            progress.phase("the engine's defaults answer the quality prompts (the reference)")
+            label = f"quality-reference-{number:04d}-{attempt}"
+            result = self.executor.run({}, trial=None, trial_dir=self.workdir / label, progress=progress,
+                                       timings={}, label=label, gate=self._gate(baseline=True), measure_levels=False)
+            self.redact.file(self.workdir / label / "server.log")
+            if result.answers is not None:
+                self._store_reference(result.answers)
+                return
+            if result.failure_class == "interrupted":
+                return
+        assert result is not None
+        self._no_reference = f"the defaults gave no reference answers ({result.failure_class}: {result.reason})"
+        progress.note(f"quality: {self._no_reference}: no config's answers are checked in this run")
 
     # --- one trial --------------------------------------------------------------------------------------
 
@@ -429,6 +431,8 @@ class StudyDriver:
             self._emit("level_measured", trial.number, step, metrics)
 
         with Heartbeat(self.study, trial):
+            if not baseline:
+                self._ensure_reference(trial.number, progress)
             try:
                 result = self.executor.run(params, trial=trial, trial_dir=trial_dir, progress=progress,
                                            timings=timings, label=f"trial-{trial.number:04d}", on_level=on_level,
@@ -487,8 +491,8 @@ class StudyDriver:
         return None
 
     def _measured(self, params: dict[str, Any], baseline: bool) -> int | None:
-        """The trial that settled this configuration: measured it, or failed it for good (a transient
-        failure is settled by its retry; an interruption settles nothing)."""
+        """The trial that settled this configuration: measured it, or failed it (a transient failure is
+        settled by its retry; an interruption settles nothing)."""
         key = record.config_key(params, baseline)
         for t in map(
             record.view,
@@ -496,7 +500,7 @@ class StudyDriver:
         ):
             if t.config_key != key or t.duplicate_of is not None:
                 continue
-            if t.state != "FAIL" or t.failure_class in PERMANENT_FAILURES or t.retry_of is not None:
+            if t.state != "FAIL" or t.retry_of is not None or not (t.transient or t.failure_class == "interrupted"):
                 return t.number
         return None
 
@@ -532,7 +536,7 @@ class StudyDriver:
             self._store_reference(result.answers)  # the baseline's answers: the reference
         # Set even when empty: a retried trial starts with a copy of the failed one's attributes.
         attrs.update(failure_class=result.failure_class, failure_reason=result.reason if result.failure_class else None,
-                     log_tail=result.log_tail[-4000:] or None)
+                     log_tail=result.log_tail[-4000:] or None, **{record.TRANSIENT: result.transient or None})
         for key, value in attrs.items():
             trial.set_user_attr(key, value)
         if result.state == "FAIL" and result.failure_class != "interrupted":

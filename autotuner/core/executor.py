@@ -213,6 +213,9 @@ class TrialExecutor:
             self.answers = await quality.collect(handle.base_url, handle.spec.served_model_name, gate.settings,
                                                  self.cfg.workload.request_timeout_s)
         except quality.AnswerError as e:
+            if gate.reference is None:  # the defaults answering for the reference: no reference, still measured
+                progress.note(f"    quality: the defaults gave no answers to the prompt set ({e})")
+                return
             raise _Failed("client-errors", f"no answer to the quality prompts: {e}",
                           self.launcher.logs(handle, LOG_TAIL_LINES)) from None
         timings["quality_s"] = time.perf_counter() - t

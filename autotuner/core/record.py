@@ -22,6 +22,7 @@ ENQUEUED = "enqueued"  # from the experiment's `enqueue` list
 PROPOSED_BY = "proposed_by"  # who proposed the config (sampler, baseline, enqueued, retry, ...)
 REASON = "reason"  # why, in one line
 RETRY_OF = "retry_of"  # the trial this one measures again (interrupted, or a transient failure)
+TRANSIENT = "transient"  # a failure the machine may have caused: settled only by its retry
 DUPLICATE_OF = "duplicate_of"  # a proposal of an already measured config: never launched, never counted
 STATE = "state"
 COMMAND = "command"
@@ -66,6 +67,7 @@ class TrialView:
     duplicate_of: int | None = None
     reused_from: int | None = None
     quality: dict[str, float] = field(default_factory=dict)
+    transient: bool = False
 
     @property
     def value(self) -> float | None:
@@ -115,7 +117,7 @@ def view(trial: FrozenTrial) -> TrialView:
         levels=list(a.get(LEVELS) or []), scored_level=a.get(SCORED_LEVEL), command=a.get(COMMAND) or "",
         engine_version=a.get(ENGINE_VERSION), proposed_by=a.get(PROPOSED_BY), reason=a.get(REASON),
         retry_of=a.get(RETRY_OF), duplicate_of=a.get(DUPLICATE_OF), reused_from=a.get(REUSED_FROM),
-        quality=dict(a.get(QUALITY) or {}),
+        quality=dict(a.get(QUALITY) or {}), transient=bool(a.get(TRANSIENT)),
     )
 
 

@@ -23,7 +23,7 @@ from autotuner.config import Experiment
 from autotuner.config.space import SearchSpace
 from autotuner.core.launch import planned
 from autotuner.core.load_search import load_kind
-from autotuner.core.study import make_sampler
+from autotuner.core.study import make_sampler, startup_trials
 from autotuner.engines._base import Engine, value_text
 from autotuner.engines.model_facts import feasibility_context
 
@@ -45,7 +45,7 @@ def dry_run(exp: Experiment, engine: Engine, n: int, echo: Callable[[str], None]
         echo(f"# no config.json at {exp.model_path}: rules on heads, layers and experts are not checked")
     optuna.logging.set_verbosity(optuna.logging.WARNING)
     study = optuna.create_study(directions=cfg.objective.all_directions,
-                                sampler=make_sampler(cfg.study.sampler, cfg.study.seed))
+                                sampler=make_sampler(cfg.study.sampler, cfg.study.seed, startup_trials(n)))
     if cfg.study.baseline:
         study.enqueue_trial({}, user_attrs={"baseline": True})
     for params in cfg.enqueue:

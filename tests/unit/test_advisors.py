@@ -34,7 +34,7 @@ def test_a_proposal_is_completed_with_the_engines_defaults_fitted_to_the_space()
     params = complete({"parallel": 24, "flash_attn": "off"}, LLAMA_SPACE, get_engine("llamacpp").defaults())
     assert params["parallel"] == 16 and params["batch_size"] == 2048 and params["cont_batching"] is True
     assert "cache_type_v" not in params  # its condition is false with flash attention off
-    assert params["ctx_size"] == 4096  # the engine's 0 (the model's context) is not in the space: the nearest
+    assert "ctx_size" not in params and "threads" not in params  # no default the space allows: the sampler's
 
 
 def test_llamacpp_knowledge_starts_with_a_slot_per_request_and_a_thread_per_core():
@@ -70,7 +70,8 @@ class Scripted:
 
 def test_the_driver_takes_proposals_first_checks_them_and_never_launches_one_twice(tmp_path, monkeypatch):
     advisor = Scripted([Proposal({"itl_ms": 5, "capacity": 1}, "too small to serve"),
-                        Proposal({"itl_ms": 2}, "the fast one"), Proposal({"itl_ms": 2}, "again")])
+                        Proposal({"itl_ms": 2, "capacity": 64}, "the fast one"),
+                        Proposal({"itl_ms": 2, "capacity": 64}, "again")])
     monkeypatch.setattr("autotuner.core.driver.StudyDriver._make_advisors", lambda self: [advisor])
     trials, out = study(tmp_path, "  itl_ms: {type: categorical, choices: [2, 5, 20]}\n"
                         "  capacity: {type: categorical, choices: [64, 1]}\n",

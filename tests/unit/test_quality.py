@@ -48,7 +48,7 @@ def test_a_divergence_is_located_and_logprobs_compared_only_before_it():
     assert score.token_agreement == 0.5 and score.earliest_divergence == 2 and score.first_divergence == 3.0
     assert score.logprob_delta == pytest.approx((0.2 + 0.4) / 6)  # 2 shared positions + 4: the -9s never count
     why = quality.judge(score, QualityConfig())
-    assert why is not None and "token agreement 0.50 (bar 0.90)" in why and "log-prob delta 0.100" in why
+    assert why is not None and "token agreement 0.50 (bar 0.85)" in why and "log-prob delta 0.100" in why
     assert "prompt 1 from token 2: defaults 'cd', this config 'XY'" in why
 
 
@@ -64,6 +64,8 @@ def test_the_bar_is_the_experiments():
     score = quality.compare(answers(["a", "b"], ["c", "d"]), answers(["a", "b"], ["c", "X"]))
     assert quality.judge(score, QualityConfig(min_token_agreement=0.5)) is None
     assert quality.judge(score, QualityConfig(min_token_agreement=0.9)) is not None
+    only_logprobs = quality.Score(1.0, 4.0, None, 0.5, None)
+    assert "e.g." not in (quality.judge(only_logprobs, QualityConfig()) or "")
 
 
 def test_a_reference_round_trips_through_the_study():
