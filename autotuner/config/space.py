@@ -131,29 +131,24 @@ class SearchSpace:
         """Sample one configuration, in the file's order, skipping params whose condition is false."""
         params: Params = {}
         for name, spec in self.config.params.items():
-            cond = self._conditions.get(name)
-            if cond is not None:
-                try:
-                    if not _eval(cond, params):
-                        continue
-                except _Unset:
-                    continue
-            params[name] = _suggest_one(trial, name, spec)
+            if self._applies(name, params):
+                params[name] = _suggest_one(trial, name, spec)
         return params
+
+    def _applies(self, name: str, params: Params) -> bool:
+        """Whether `name` is part of a config holding `params` so far (its condition, if any, is true)."""
+        cond = self._conditions.get(name)
+        try:
+            return cond is None or bool(_eval(cond, params))
+        except _Unset:
+            return False
 
     def fit(self, values: Mapping[str, Any]) -> Params:
         """`values` fitted to the space, in the file's order: each to the nearest value its param allows;
         a param without a value, or whose condition is false, is left out (for the sampler to choose)."""
         params: Params = {}
         for name, spec in self.config.params.items():
-            cond = self._conditions.get(name)
-            if cond is not None:
-                try:
-                    if not _eval(cond, params):
-                        continue
-                except _Unset:
-                    continue
-            if name in values and (value := _nearest(spec, values[name])) is not None:
+            if name in values and self._applies(name, params) and (value := _nearest(spec, values[name])) is not None:
                 params[name] = value
         return params
 
