@@ -417,4 +417,5 @@ class MlflowStudyLog(StudyCallback):
         finished = self.study.get_trials(
             deepcopy=False, states=(TrialState.COMPLETE, TrialState.FAIL, TrialState.PRUNED)
         )
-        self.tracker.backfill([self.record(t) for t in finished], force=force)
+        launched = [t for t in finished if record.view(t).duplicate_of is None]  # a re-proposal never ran: no run
+        self.tracker.backfill([self.record(t) for t in launched], force=force)

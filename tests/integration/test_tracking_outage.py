@@ -93,16 +93,18 @@ def test_study_survives_a_tracking_outage_and_backfills(tmp_path, tiny_model, ll
                       tracker=tracker, results_dir=tmp_path / "results", binary=llama_server,
                       progress=lambda n: OutageProgress(n, server))
         study = tuner.run(5)
-        assert len(study.get_trials()) == 5
-        assert all(t.state.name == "COMPLETE" for t in study.get_trials())
+        # A sampler's re-proposal of a measured config is told FAIL and never launched: not a trial here.
+        launched = [t for t in study.get_trials() if "duplicate_of" not in t.user_attrs]
+        assert len(launched) == 5
+        assert all(t.state.name == "COMPLETE" for t in launched)
 
         client = MlflowClient(server.uri)
         exp_id = client.get_experiment_by_name("outage").experiment_id
         runs = client.search_runs([exp_id], "tags.`autotuner.role` = 'trial'")
         by_trial = {int(r.data.tags["autotuner.trial"]): r for r in runs}
-        assert sorted(by_trial) == [0, 1, 2, 3, 4]  # once each, none twice
+        assert sorted(by_trial) == [t.number for t in launched]  # once each, none twice
         assert all(r.info.status == "FINISHED" for r in by_trial.values())
-        for number in (1, 2):  # logged after the outage, from the Optuna storage and the trial's files
+        for number in (launched[1].number, launched[2].number):  # logged after the outage, from the storage
             run = by_trial[number]
             assert run.data.metrics["output_tok_per_s"] == pytest.approx(study.trials[number].value)
             history = client.get_metric_history(run.info.run_id, "level/output_tok_per_s")
