@@ -75,7 +75,7 @@ def run(
     worker: str | None = typer.Option(None, "--worker", hidden=True, help="Set by --parallel for its workers."),
     advice: str = typer.Option(
         "auto", "--advice", help="auto: the experiment's advisors propose configs before the sampler; ask: show each "
-        "proposal and wait for y/n (never waits without a terminal); off: the sampler alone."),
+        "proposal and wait for yes, no or edit (never waits without a terminal); off: the sampler alone."),
     verbose: bool = typer.Option(
         False,
         "--verbose",
@@ -196,9 +196,24 @@ def _pool(exp, parallel: int, gpus: str | None):
     return Leases(pool) if pool else None
 
 
-def _ask(question: str) -> bool:
+def _ask(question: str, params: dict) -> bool | dict:
+    """--advice ask: yes, no, or edit (param=value pairs replacing the proposal's; the driver checks them)."""
+    from autotuner.report.export import scalar
+
     try:
-        return typer.confirm(question + "\n  launch it?", default=True, err=True)
+        while True:
+            answer = typer.prompt(question + "\n  launch it? [y]es, [n]o, [e]dit", default="y", err=True)
+            if answer.strip().lower() in ("y", "yes", "n", "no"):
+                return answer.strip().lower().startswith("y")
+            if answer.strip().lower() not in ("e", "edit"):
+                continue
+            edits = typer.prompt("  param=value, space-separated (e.g. parallel=8 cont_batching=false)", err=True)
+            try:
+                changes = dict(pair.split("=", 1) for pair in edits.split())
+            except ValueError:
+                typer.echo("  each change is param=value", err=True)
+                continue
+            return {**params, **{k: scalar(v) for k, v in changes.items()}}
     except (typer.Abort, EOFError):  # Ctrl-D or a closed terminal: a no, and the study goes on
         return False
 

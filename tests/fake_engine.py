@@ -4,7 +4,8 @@ the executor and every rule between them run for real in seconds, without buildi
 Its params change what the server really does: `itl_ms` its time between tokens (speed), `capacity`
 how many requests it serves at once before answering 503 (an overloaded server), `start_delay_s` how
 long it takes to listen (a slow start), `wrong_answers` whether it answers the quality prompts as the
-defaults do. The process is started by the real ProcessLauncher.
+defaults do, `kernel` a choice of which the server accepts only some values (others: a bad-flag exit).
+The process is started by the real ProcessLauncher.
 """
 
 from __future__ import annotations
@@ -26,6 +27,7 @@ class FakeEngine(Engine):
         "capacity": Flag(flag="--capacity", help="requests served at once; more get 503"),
         "start_delay_s": Flag(flag="--start-delay-s", help="seconds before it listens"),
         "wrong_answers": Flag(on="--wrong-answers", help="answers differ from the defaults'"),
+        "kernel": Flag(flag="--kernel", help="fast or safe; any other value is refused at start (bad-flag)"),
     }
 
     def tuning_args(self, params: Mapping[str, Any]) -> list[str]:
@@ -36,6 +38,10 @@ class FakeEngine(Engine):
         argv = [sys.executable, str(SERVER), "--port", str(ctx.port), "--coarse-timing", "--metrics-lines", "1",
                 *self.tuning_args(params), *ctx.extra_args]
         return LaunchSpec(argv=argv, port=ctx.port, served_model_name=ctx.served_model_name, health_path="/health")
+
+    def classify_failure(self, log_tail: str, exit_code: int | None = None) -> tuple[str | None, str | None]:
+        refused = next((line.strip() for line in log_tail.splitlines() if "error: argument" in line), None)
+        return ("bad-flag", refused) if refused else (None, None)
 
     def version_argv(self, binary: str) -> list[str]:
         return [sys.executable, "--version"]

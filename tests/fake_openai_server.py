@@ -566,6 +566,8 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--start-delay-s", type=float, default=0.0, help="wait this long before listening")
     parser.add_argument("--metrics-lines", type=int, default=0, help="serve /metrics (with this much padding)")
     parser.add_argument("--wrong-answers", action="store_true", help="answer non-streamed requests differently")
+    parser.add_argument("--kernel", choices=["fast", "safe"], default="safe",
+                        help="a kernel choice this build knows (another value: an argparse error, as engines give)")
     parser.add_argument("--coarse-timing", action="store_true",
                         help="event-loop timers only: ~1 ms late, but many streams keep their pace")
     args = parser.parse_args(argv)

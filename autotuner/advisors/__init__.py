@@ -26,6 +26,7 @@ from autotuner.report.diagnosis import Limit, binding_limit
 class Proposal:
     params: dict[str, Any]  # the values that matter to the advisor; `complete` fits them to the space
     reason: str  # one line: why this config, from what evidence
+    refused: str | None = None  # why the advisor's own check refused it (the driver says so, launches nothing)
 
 
 @dataclass(frozen=True)
@@ -57,6 +58,11 @@ class StudySoFar:
         """What bound the trial at the level it was scored by (report.diagnosis)."""
         metrics = trial.scored_metrics(self.metric, self.direction)
         return binding_limit(metrics) if metrics else Limit("unknown", "no level measured")
+
+    def latest_failure(self, failure_class: str) -> TrialView | None:
+        """The newest trial of a tuned config (not the defaults) that failed so."""
+        return next((t for t in reversed(self.trials)
+                     if t.state == "FAIL" and t.failure_class == failure_class and not t.baseline), None)
 
     def proposed_by(self, name: str) -> list[TrialView]:
         return [t for t in self.trials if t.proposed_by == name]

@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Annotated, Any, Literal
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+from pydantic import BaseModel, ConfigDict, Discriminator, Field, Tag, ValidationError, field_validator, model_validator
 
 
 class ConfigError(Exception):
@@ -328,6 +328,32 @@ AdvisorName = Literal["engine", "earlier-studies"]
 ADVISORS: tuple[AdvisorName, ...] = ("earlier-studies", "engine")
 
 
+class LlmAdvisorConfig(_Strict):
+    """A language model behind an OpenAI-compatible endpoint that proposes configs (autotuner/advisors/llm.py)."""
+
+    base_url: str = Field(description="The endpoint's base URL, e.g. http://127.0.0.1:8080/v1.")
+    model: str = Field(description="The model name the endpoint expects.")
+    api_key_env: str | None = Field(None, description="The variable holding the API key (sent, never logged).")
+    api: Literal["chat", "completions"] = Field(
+        "chat", description="chat: /chat/completions with response_format; completions: /completions with "
+                            "response_format and llama-server's json_schema.")
+    proposals: int = Field(3, ge=1, le=10, description="Proposals asked for each time the queue is empty.")
+    timeout_s: float = Field(120.0, gt=0, description="An answer slower than this is ignored (the study goes on).")
+    temperature: float = Field(0.7, ge=0, le=2)
+    max_tokens: int = Field(1024, gt=0)
+
+
+class LlmAdvisorEntry(_Strict):
+    llm: LlmAdvisorConfig
+
+
+# A name, or a mapping for a configured advisor: errors then speak of the one the entry is meant to be.
+AdvisorEntry = Annotated[
+    Annotated[AdvisorName, Tag("name")] | Annotated[LlmAdvisorEntry, Tag("llm")],
+    Discriminator(lambda v: "name" if isinstance(v, str) else "llm"),
+]
+
+
 class QualityConfig(_Strict):
     """The quality gate (autotuner/quality.py): every candidate answers a fixed prompt set greedily before its
     load levels, and must answer as the engine's defaults did. `quality: off` turns it off."""
@@ -413,11 +439,11 @@ class ExperimentConfig(_Strict):
     enqueue: list[dict[str, Choice]] = Field(
         default_factory=list, description="Configs to try first (after the baseline), by param name."
     )
-    advisors: list[AdvisorName] = Field(
-        default_factory=lambda: list(ADVISORS),
+    advisors: list[AdvisorEntry] = Field(
+        default_factory=lambda: list[AdvisorEntry](ADVISORS),
         description="Who proposes configs before the sampler, in this order (autotuner/advisors/): the confirmed "
-                    "winners of earlier studies in the same storage, and the engine's own knowledge. [] : the "
-                    "sampler alone.")
+                    "winners of earlier studies in the same storage, the engine's own knowledge, and "
+                    "{llm: {base_url, model, api_key_env}} for a language model. [] : the sampler alone.")
 
     @field_validator("quality", mode="before")
     @classmethod
@@ -508,6 +534,8 @@ def _one_line(path: Path, err: ValidationError, model: type[BaseModel]) -> Confi
     # Discriminated unions put the tag into the location; users never wrote it, so drop it.
     tags = {"int", "float", "categorical", "bool"}
     loc = [str(p) for p in first["loc"] if not (isinstance(p, str) and p in tags)]
+    if loc[:1] == ["advisors"] and len(loc) > 2:  # an advisor entry's tag: "name", or "llm" (then written twice)
+        loc = loc[:2] + loc[3:]
     field = ".".join(loc) or "(top level)"
     cause = (first.get("ctx") or {}).get("error")
     if isinstance(cause, FieldError):

@@ -31,9 +31,10 @@ from autotuner import quality
 from autotuner.advisors import Advisor, Proposal, StudySoFar, complete
 from autotuner.advisors.earlier_studies import EarlierStudies
 from autotuner.advisors.engine_knowledge import EngineKnowledge
+from autotuner.advisors.llm import AdviceError, LlmAdvisor
 from autotuner.config import Experiment, recheck
 from autotuner.config.space import RandomSuggester, SearchSpace
-from autotuner.core import record, stopping, winner
+from autotuner.core import bans, record, stopping, winner
 from autotuner.core.callbacks import StudyCallback
 from autotuner.core.executor import TrialExecutor, TrialResult
 from autotuner.core.load_search import highest_passing, load_kind
@@ -56,6 +57,10 @@ from autotuner.util.interrupts import StopRequests
 MAX_REASKS = 20  # re-proposals of measured configs in a row before an unmeasured one is drawn at random
 REFERENCE_TRIES = 2  # launches of the defaults to get the quality gate's reference before giving up
 
+# With --advice ask: shown a proposal (the question, its params), the user says yes (True), no (False), or
+# gives the config to launch instead (params, edited).
+AskUser = Callable[[str, dict[str, Any]], "bool | dict[str, Any]"]
+
 
 class StudyDriver:
     """Runs trials of one experiment's study. Construct, then `run(n_trials)`; safe to rerun (resumes)."""
@@ -63,7 +68,7 @@ class StudyDriver:
     def __init__(self, experiment: Experiment, *, engine: Engine, launcher: Launcher, tracker: MlflowTracker,
                  results_dir: Path = Path("results"), binary: str | None = None,
                  progress: Callable[[int | None], Progress] | None = None, engine_version: str | None = None,
-                 pool: Leases | None = None, advice: str = "auto", ask: Callable[[str], bool] | None = None):
+                 pool: Leases | None = None, advice: str = "auto", ask: AskUser | None = None):
         self.exp = experiment
         self.cfg = experiment.config
         recheck(self.cfg)  # command-line overrides are applied after the file was validated
@@ -289,12 +294,22 @@ class StudyDriver:
     # --- advisors ------------------------------------------------------------------------------------------
 
     def _make_advisors(self) -> list[Advisor]:
-        made: dict[str, Advisor] = {
-            "engine": EngineKnowledge(self.engine),
-            "earlier-studies": EarlierStudies(self.cfg.study.storage, self.cfg.study_name, self.engine.name,
-                                              self.host, settings(self.exp)),
-        }
-        return [made[name] for name in self.cfg.advisors]
+        made: list[Advisor] = []
+        for entry in self.cfg.advisors:
+            if entry == "engine":
+                made.append(EngineKnowledge(self.engine))
+            elif entry == "earlier-studies":
+                made.append(EarlierStudies(self.cfg.study.storage, self.cfg.study_name, self.engine.name, self.host,
+                                           settings(self.exp)))
+            else:
+                made.append(LlmAdvisor(entry.llm, self.engine.name, self.engine.describe, status=self._status))
+        return made
+
+    def _status(self) -> dict[str, Any]:
+        """The status report's conclusions so far (report.json), for an advisor that reads them."""
+        from autotuner import report
+
+        return report.to_json(report.summarize(self.study, self.cfg.objective.metric, top_k=10, importances=False))
 
     def _study_so_far(self, trials_left: int | None) -> StudySoFar:
         views = [record.view(t) for t in self.study.get_trials(deepcopy=False)]
@@ -313,6 +328,7 @@ class StudyDriver:
         again after every trial, with its evidence); none: the sampler's slot."""
         if not self.advisors or self.study.get_trials(deepcopy=False, states=(TrialState.WAITING,)):
             return
+        self._learn_bans(progress)
         so_far = self._study_so_far(trials_left)
         running = {record.view(t).config_key
                    for t in self.study.get_trials(deepcopy=False, states=(TrialState.RUNNING,))}
@@ -321,27 +337,60 @@ class StudyDriver:
                 for p in advisor.propose(so_far):
                     if self._take(advisor.name, p, so_far, running, progress):
                         return
-            except Exception as e:
-                self._refuse(progress, advisor.name, None, f"failed: {type(e).__name__}: {e}")
+            except Exception as e:  # said once per distinct failure
+                why = str(e) if isinstance(e, AdviceError) else f"{type(e).__name__}: {e}"
+                self._refuse(progress, advisor.name, why, f"no proposal this time ({why})")
 
     def _take(self, who: str, p: Proposal, so_far: StudySoFar, running: set[Any], progress: Progress) -> bool:
         """Enqueue the proposal when it is new and valid; True when it took the slot."""
+        if p.refused:
+            self._refuse(progress, who, repr(sorted(p.params.items(), key=str)),
+                         f"proposed {p.params}: refused ({p.refused})")
+            return False
         params = complete(p.params, self.space, so_far.defaults)
         key = record.config_key(params, False)
         if (who, key) in self._refused or self._measured(params, False) is not None or key in running:
             return False
-        broken = [why] if (why := self.space.contains(params)) else self.executor.infeasible(params)
-        if broken:
+        if broken := self._broken(params):
             self._refuse(progress, who, key, f"proposed {self.engine.describe(params)}: refused ({'; '.join(broken)})")
             return False
-        if self._ask_user is not None and not self._ask_user(
-                f"{who} proposes {self.engine.describe(params) or '(defaults)'}: {p.reason}"):
-            self._refuse(progress, who, key, "proposal declined")
-            return False
+        reason = p.reason
+        if self._ask_user is not None:
+            answer = self._ask_user(f"{who} proposes {self.engine.describe(params) or '(defaults)'}: {p.reason}",
+                                    params)
+            self._refused.add((who, key))
+            if not answer:
+                progress.note(f"advisor {who}: proposal declined")
+                return False
+            if isinstance(answer, dict) and answer != params:  # edited by the user: checked as any proposal
+                if off := self.space.contains(answer):
+                    progress.note(f"edited config: refused ({off})")
+                    return False
+                params, reason = complete(answer, self.space, so_far.defaults), f"{p.reason} (edited by the user)"
+                key = record.config_key(params, False)
+                if self._measured(params, False) is not None or key in running:
+                    progress.note(f"advisor {who}: the edited config {self.engine.describe(params)} was measured")
+                    return False
+                if broken := self._broken(params):
+                    progress.note(f"edited config {self.engine.describe(params)}: refused ({'; '.join(broken)})")
+                    return False
         self._refused.add((who, key))  # proposed once per run: the sampler completes what it left open
-        self.study.enqueue_trial(params, user_attrs={record.PROPOSED_BY: who, record.REASON: p.reason},
+        self.study.enqueue_trial(params, user_attrs={record.PROPOSED_BY: who, record.REASON: reason},
                                  skip_if_exists=True)
         return True
+
+    def _learn_bans(self, progress: Progress) -> None:
+        """Values this engine version refused (core.bans): no proposer launches them again."""
+        views = [record.view(t) for t in self.study.get_trials(deepcopy=False, states=(TrialState.FAIL,))]
+        learned = bans.learned(views, lambda p, v: self.engine.describe({p: v}), self.engine_version)
+        for ban in learned:
+            if ban not in self.executor.bans:
+                progress.note(f"never again with this engine version: {ban.why()}")
+        self.executor.bans = learned
+
+    def _broken(self, params: dict[str, Any]) -> list[str]:
+        """Why a proposed config must not launch: off the space, or against the engine's rules."""
+        return [why] if (why := self.space.contains(params)) else self.executor.infeasible(params)
 
     def _refuse(self, progress: Progress, who: str, key: Any, why: str) -> None:
         if (who, key) not in self._refused:
@@ -431,6 +480,7 @@ class StudyDriver:
             self._emit("level_measured", trial.number, step, metrics)
 
         with Heartbeat(self.study, trial):
+            self._learn_bans(progress)
             if not baseline:
                 self._ensure_reference(trial.number, progress)
             try:

@@ -32,7 +32,7 @@ from autotuner.bench.spread import spread_metrics
 from autotuner.bench.workload import Workload, level_workload, warmup_workload
 from autotuner.config import Experiment
 from autotuner.config.space import SearchSpace
-from autotuner.core import launch, pruning, record
+from autotuner.core import bans, launch, pruning, record
 from autotuner.core.load_search import level_text, load_kind, make_plan
 from autotuner.core.objective import SloViolated, meets, slo_within, trial_values
 from autotuner.core.progress import Progress
@@ -99,6 +99,7 @@ class TrialExecutor:
         self.labels = {"autotuner.study": self.cfg.study_name}
         self.stop = StopRequests()  # the driver's, shared: Ctrl-C reaches the measurement under way
         self.records = TrialRecords()
+        self.bans: list[bans.Ban] = []  # values this engine version refused in earlier trials (the driver's)
         self.answers: quality.Answers | None = None
         self.score: quality.Score | None = None
         self.on_level: OnLevel = lambda step, metrics: None
@@ -310,7 +311,8 @@ class TrialExecutor:
                                         metric=self.cfg.objective.metric, load_key=load_key, max_load=max_load)
 
     def infeasible(self, params: dict[str, Any]) -> list[str]:
-        return self.space.broken_constraints(params) + self.engine.infeasible(params, self.facts)
+        return (self.space.broken_constraints(params) + self.engine.infeasible(params, self.facts)
+                + bans.broken(params, self.bans))
 
     def launch_spec(self, params: dict[str, Any], port: int, units: tuple[int, ...] = ()) -> LaunchSpec:
         """The engine's launch of `params` (autotuner.core.launch, as the launcher sees it), with the secrets'

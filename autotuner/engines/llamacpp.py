@@ -80,7 +80,8 @@ class LlamaCppEngine(Engine):
 
     def advise(self, study: StudySoFar) -> list[Proposal]:
         """A slot per concurrent request, a thread per core, continuous batching, one large KV buffer;
-        then what the best trial's evidence says: requests queued -> twice the slots."""
+        then what the best trial's evidence says: requests queued -> twice the slots; after an allocation
+        failure, the same config with half the context or half the batch."""
         from autotuner.advisors import Proposal
         from autotuner.advisors.engine_knowledge import at_least
 
@@ -98,6 +99,14 @@ class LlamaCppEngine(Engine):
             if limit.kind == "queueing":
                 proposals.append(Proposal({**params, "parallel": slots * 2},
                                           f"#{best.number} queued requests ({limit.why}): twice the slots"))
+        if (oom := study.latest_failure("oom")) is not None:
+            params = {**self.defaults(), **oom.params}
+            head = f"#{oom.number} could not allocate its buffers"
+            if int(params.get("ctx_size") or 0) > 0:
+                proposals.append(Proposal({**params, "ctx_size": int(params["ctx_size"]) // 2},
+                                          f"{head}: half the context (the KV buffer)"))
+            proposals.append(Proposal({**params, "batch_size": max(int(params.get("batch_size") or 2048) // 2, 1)},
+                                      f"{head}: half the logical batch"))
         return proposals
 
     def cpus_needed(self, params: Mapping[str, Any]) -> int | None:

@@ -187,7 +187,8 @@ class VllmEngine(Engine):
     def advise(self, study: StudySoFar) -> list[Proposal]:
         """A sequence slot per concurrent request, chunked prefill, on GPUs the KV cache as large as the
         space allows; then what the best trial's evidence says: queued -> twice the sequences; KV cache
-        full or preempting -> more KV memory, an fp8 KV cache, or half the sequences."""
+        full or preempting -> more KV memory, an fp8 KV cache, or half the sequences; and after an
+        out-of-memory failure, the same config with a smaller memory fraction or half the sequences."""
         from autotuner.advisors import Proposal
         from autotuner.advisors.engine_knowledge import at_least
 
@@ -213,6 +214,15 @@ class VllmEngine(Engine):
                     proposals.append(Proposal({**params, "kv_cache_dtype": "fp8"}, f"{head}: an fp8 KV cache"))
                 proposals.append(Proposal({**params, "max_num_seqs": max(current // 2, 1)},
                                           f"{head}: half the sequences"))
+        if (oom := study.latest_failure("oom")) is not None:
+            params = {**self.defaults(), **oom.params}
+            head = f"#{oom.number} ran out of memory"
+            if study.gpus:
+                fraction = float(params.get("gpu_memory_utilization") or 0.9)
+                proposals.append(Proposal({**params, "gpu_memory_utilization": round(fraction - 0.05, 2)},
+                                          f"{head}: a smaller memory fraction"))
+            proposals.append(Proposal({**params, "max_num_seqs": max(int(params.get("max_num_seqs") or 256) // 2, 1)},
+                                      f"{head}: half the sequences (smaller batches, fewer CUDA graphs)"))
         return proposals
 
     def gpus_needed(self, params: Mapping[str, Any]) -> int:

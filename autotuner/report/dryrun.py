@@ -43,6 +43,10 @@ def dry_run(exp: Experiment, engine: Engine, n: int, echo: Callable[[str], None]
         echo("# model facts from config.json: " + ", ".join(f"{k}={facts[k]}" for k in known))
     else:
         echo(f"# no config.json at {exp.model_path}: rules on heads, layers and experts are not checked")
+    for entry in cfg.advisors:
+        if not isinstance(entry, str):  # a language model: asked during the study, never by a dry run
+            echo(f"# advisor llm: {entry.llm.model} at {entry.llm.base_url} ({entry.llm.api}), asked whenever the "
+                 "queue is empty; its proposals are checked against the space before any launch")
     optuna.logging.set_verbosity(optuna.logging.WARNING)
     study = optuna.create_study(directions=cfg.objective.all_directions,
                                 sampler=make_sampler(cfg.study.sampler, cfg.study.seed, startup_trials(n)))

@@ -85,7 +85,9 @@ def _is_flag(token: str) -> bool:
         return True
 
 
-def _scalar(value: str | None) -> Any:
+def scalar(value: str | None) -> Any:
+    """A command-line value typed: a number, true/false, or the text itself ("on" stays text, as engines
+    spell it); a flag without a value is true."""
     if value is None:
         return True
     for cast in (int, float):
@@ -107,7 +109,7 @@ def long_option_config(args: Sequence[str]) -> dict[str, Any]:
         if value is None and key.startswith("no-"):
             out[key[3:]] = False
         else:
-            out[key] = _scalar(value)
+            out[key] = scalar(value)
     return out
 
 

@@ -103,3 +103,85 @@ def test_a_later_study_starts_from_an_earlier_studys_confirmed_winner(tmp_path: 
     second = [t for t in trials if t.user_attrs.get("proposed_by") == "earlier-studies"]
     assert second and second[0].params == {"itl_ms": 1}
     assert "the confirmed winner of study 'fake'" in second[0].user_attrs["reason"]
+
+
+def asked_study(tmp_path: Path, answers: list) -> tuple[list, str, list[str]]:
+    """A study of the fake engine with --advice ask, the user's answers scripted in turn."""
+    import io
+
+    from rich.console import Console
+
+    from autotuner.config import load_experiment
+    from autotuner.core.driver import StudyDriver
+    from autotuner.core.progress import Progress
+    from autotuner.launchers.process import ProcessLauncher
+    from autotuner.tracking import MlflowTracker
+    from tests.unit.test_driver import FakeEngine
+
+    model = tmp_path / "model.bin"
+    model.write_bytes(b"fake")
+    (tmp_path / "s.yaml").write_text("engine: fake\nparams:\n  itl_ms: {type: categorical, choices: [2, 5, 20]}\n")
+    (tmp_path / "exp.yaml").write_text(
+        f"name: fake\nengine: fake\nmodel: {{path: {model}, name: m}}\nsearch_space: s.yaml\n"
+        f"study: {{storage: 'sqlite:///{tmp_path}/s.db', seed: 0}}\n" + WORK
+        + "load: {max_concurrency: [2]}\nconfirm: {top_k: 0}\nquality: off\n")
+    questions: list[str] = []
+
+    def ask(question: str, params: dict):
+        questions.append(question)
+        return answers[len(questions) - 1] if len(questions) <= len(answers) else False
+
+    out = io.StringIO()
+    driver = StudyDriver(load_experiment(tmp_path / "exp.yaml"), engine=FakeEngine(),
+                         launcher=ProcessLauncher(tmp_path / "procs"), tracker=MlflowTracker(root=tmp_path / "mlruns"),
+                         results_dir=tmp_path / "results", advice="ask", ask=ask,
+                         progress=lambda total: Progress(total, "output_tok_per_s", Console(file=out, width=300)))
+    driver.advisors = [Scripted([Proposal({"itl_ms": 20}, "slow but steady"), Proposal({"itl_ms": 5}, "middle")])]
+    return driver.run(3).get_trials(), out.getvalue(), questions
+
+
+def test_ask_launches_a_yes_skips_a_no_and_checks_an_edit(tmp_path):
+    trials, out, questions = asked_study(tmp_path, [False, {"itl_ms": 2}])
+    assert questions[0] == "scripted proposes --itl-s 0.02: slow but steady" and "proposal declined" in out
+    edited = [t for t in trials if t.user_attrs.get("proposed_by") == "scripted"]
+    assert [t.params for t in edited] == [{"itl_ms": 2}]  # the user's edit of "middle", not the proposal
+    assert edited[0].user_attrs["reason"] == "middle (edited by the user)"
+    assert not any(t.params == {"itl_ms": 20} for t in trials if t.user_attrs.get("proposed_by") == "scripted")
+
+
+def test_an_edit_off_the_space_is_refused_and_nothing_launches_for_it(tmp_path):
+    trials, out, _ = asked_study(tmp_path, [{"itl_ms": 7}, True])
+    assert "edited config: refused ('itl_ms' must be one of [2, 5, 20] (got 7))" in out
+    taken = [t.params for t in trials if t.user_attrs.get("proposed_by") == "scripted"]
+    assert taken == [{"itl_ms": 5}]  # the next proposal, said yes to
+
+
+def test_the_terminal_question_reads_yes_no_and_typed_edits(monkeypatch):
+    from autotuner import cli
+
+    def scripted(*typed: str):
+        replies = iter(typed)
+        monkeypatch.setattr("typer.prompt", lambda *a, **k: next(replies))
+
+    scripted("maybe", "n")
+    assert cli._ask("engine proposes -np 8", {"parallel": 8}) is False  # an unclear answer is asked again
+    scripted("e", "parallel 16", "e", "parallel=16 cont_batching=false flash_attn=on")
+    assert cli._ask("q", {"parallel": 8, "threads": 2}) == {"parallel": 16, "threads": 2, "cont_batching": False,
+                                                             "flash_attn": "on"}
+    scripted("")  # Enter: the default, yes
+    monkeypatch.setattr("typer.prompt", lambda *a, **k: k["default"])
+    assert cli._ask("q", {}) is True
+
+
+def test_an_out_of_memory_failure_points_at_a_smaller_footprint():
+    oom = TrialView(number=5, state="FAIL", params={"parallel": 16, "ctx_size": 16384, "batch_size": 2048},
+                    values=None, failure_class="oom", failure_reason="failed to allocate KV buffer")
+    steps = get_engine("llamacpp").advise(so_far([oom]))[1:]
+    assert [(p.params["ctx_size"], p.params["batch_size"]) for p in steps] == [(8192, 2048), (16384, 1024)]
+    assert steps[0].reason == "#5 could not allocate its buffers: half the context (the KV buffer)"
+    vllm_oom = TrialView(number=2, state="FAIL", params={"max_num_seqs": 256, "gpu_memory_utilization": 0.95},
+                         values=None, failure_class="oom", failure_reason="CUDA out of memory")
+    gpu = StudySoFar(trials=[vllm_oom], space=LLAMA_SPACE, load_key="max_concurrency", max_load=16, cpus=8, gpus=1,
+                     metric="output_tok_per_s", direction="maximize")
+    fraction, half = get_engine("vllm").advise(gpu)[1:]
+    assert fraction.params["gpu_memory_utilization"] == 0.9 and half.params["max_num_seqs"] == 128

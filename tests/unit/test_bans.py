@@ -1,0 +1,60 @@
+"""A value the engine build refused is never launched again with that build, whoever proposes it."""
+
+from __future__ import annotations
+
+from autotuner.advisors import Proposal
+from autotuner.core import bans
+from autotuner.core.record import TrialView
+from autotuner.engines._base import get_engine
+from tests.unit.test_advisors import Scripted
+from tests.unit.test_driver import WORK, study
+
+VLLM = get_engine("vllm")
+
+
+def flag_text(param, value):
+    return VLLM.describe({param: value})
+
+
+def failed(number, params, line, failure_class="bad-flag", version="0.32.0"):
+    return TrialView(number=number, state="FAIL", params=params, values=None, failure_class=failure_class,
+                     failure_reason=line, engine_version=version)
+
+
+def test_a_refusal_naming_one_param_bans_that_value_for_that_engine_version():
+    backend = failed(3, {"attention_backend": "FLASHINFER", "max_num_seqs": 256},
+                     "vllm serve: error: argument --attention-backend: invalid choice: 'FLASHINFER'")
+    (ban,) = bans.learned([backend], flag_text, "0.32.0")
+    assert (ban.param, ban.value, ban.trial) == ("attention_backend", "FLASHINFER", 3)
+    assert bans.broken({"attention_backend": "FLASHINFER", "max_num_seqs": 64}, [ban])
+    assert not bans.broken({"attention_backend": "TRITON_ATTN", "max_num_seqs": 256}, [ban])
+    assert not bans.learned([backend], flag_text, "0.33.0")  # another build may accept it
+
+
+def test_a_line_naming_no_param_or_several_bans_nothing():
+    vague = failed(1, {"max_num_seqs": 256, "block_size": 16}, "error: the following arguments are required: model")
+    both = failed(2, {"kv_cache_dtype": "fp8_e4m3", "attention_backend": "FLASHINFER"},
+                  "Invalid attention backend FLASHINFER for kv_cache_dtype fp8_e4m3", failure_class="backend")
+    assert bans.learned([vague, both], flag_text, "0.32.0") == []
+
+
+def test_short_values_and_numbers_are_not_read_as_named():
+    assert not bans.names("error: invalid value 16 at position 1", "--max-num-seqs 16", 16)
+    assert not bans.names("error: invalid argument on line 3", "-fa on", "on")
+    assert bans.names("error: argument -fa: unknown value", "-fa on", "on")
+    assert not bans.names("error: argument --enable-eplb-x: bad", "--enable-eplb", True)
+
+
+def test_the_study_never_launches_a_refused_value_again(tmp_path, monkeypatch):
+    advisor = Scripted([Proposal({"kernel": "turbo", "itl_ms": 5}, "turbo, slower tokens")])
+    monkeypatch.setattr("autotuner.core.driver.StudyDriver._make_advisors", lambda self: [advisor])
+    trials, out = study(tmp_path, "  kernel: {type: categorical, choices: [safe, turbo]}\n"
+                        "  itl_ms: {type: categorical, choices: [2, 5, 20]}\n",
+                        WORK + "load: {max_concurrency: [2]}\nconfirm: {top_k: 0}\nquality: off\n"
+                        "enqueue: [{kernel: turbo, itl_ms: 2}]\n", 6)
+    turbo = [t for t in trials if t.params.get("kernel") == "turbo" and t.user_attrs.get("duplicate_of") is None]
+    launched = [t for t in turbo if t.user_attrs.get("failure_class") == "bad-flag"]
+    assert len(launched) == 1 and "invalid choice: 'turbo'" in launched[0].user_attrs["failure_reason"]
+    assert "never again with this engine version: kernel='turbo' was refused" in out
+    assert "advisor scripted: proposed --kernel turbo --itl-s 0.005: refused (kernel='turbo' was refused" in out
+    assert all(t.user_attrs.get("failure_class") == "infeasible" for t in turbo if t not in launched)
