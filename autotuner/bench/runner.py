@@ -1,7 +1,8 @@
 """Runs one load level: send a workload's requests at a concurrency limit and/or request rate, measure.
 
 `run_level` (async) sends `warmup_requests` unmeasured requests, then all `workload.num_prompts`
-requests, and returns the level's `LevelResult` with the raw `RequestRecord`s:
+requests (or as many as start within `duration_s`), and returns the level's `LevelResult` with the raw
+`RequestRecord`s:
 
 - max_concurrency=N: at most N requests in flight (N coroutines, each sending its next request as soon
   as the previous one ends: a closed loop, like `vllm bench serve --max-concurrency`).
@@ -54,16 +55,20 @@ class _Plan:
     request_rate: float | None
     seed: int
     timeout_s: float
+    duration_s: float | None = None  # no request starts after this long into the measured phase
 
 
 def _plan(base_url: str, model: str, workload: Workload, *, max_concurrency: int | None,
-          request_rate: float | None, warmup_requests: int, seed: int, timeout_s: float) -> _Plan:
+          request_rate: float | None, warmup_requests: int, seed: int, timeout_s: float,
+          duration_s: float | None = None) -> _Plan:
     if max_concurrency is not None and max_concurrency < 1:
         raise ValueError(f"max_concurrency must be >= 1 or None, got {max_concurrency}")
     if request_rate is not None and not request_rate > 0:
         raise ValueError(f"request_rate must be > 0 (inf: all at once) or None, got {request_rate}")
     if warmup_requests < 0:
         raise ValueError(f"warmup_requests must be >= 0, got {warmup_requests}")
+    if duration_s is not None and not duration_s > 0:
+        raise ValueError(f"duration_s must be > 0 or None, got {duration_s}")
     # Encode once, here: JSON encoding is not part of what a request costs the server.
     bodies = tuple(json.dumps(p).encode() for p in build_payloads(workload, model))
     warmup: tuple[bytes, ...] = ()
@@ -74,7 +79,7 @@ def _plan(base_url: str, model: str, workload: Workload, *, max_concurrency: int
         )
     return _Plan(url=base_url.rstrip("/") + workload.path, endpoint=workload.endpoint, bodies=bodies,
                  warmup_bodies=warmup, max_concurrency=max_concurrency, request_rate=request_rate, seed=seed,
-                 timeout_s=timeout_s)
+                 timeout_s=timeout_s, duration_s=duration_s)
 
 
 def _connections_needed(plan: _Plan) -> int:
@@ -83,10 +88,15 @@ def _connections_needed(plan: _Plan) -> int:
 
 
 async def _send_all(client: httpx.AsyncClient, plan: _Plan, bodies: tuple[bytes, ...],
-                    max_concurrency: int | None, request_rate: float | None, seed: int) -> list[RequestRecord]:
-    """Send `bodies` under the given limits; records in the order of `bodies`."""
+                    max_concurrency: int | None, request_rate: float | None, seed: int,
+                    deadline_ns: int | None = None) -> list[RequestRecord | None]:
+    """Send `bodies` under the given limits; records in the order of `bodies`. After `deadline_ns` no
+    request starts (those in flight finish): the unsent ones' records stay None."""
     records: list[RequestRecord | None] = [None] * len(bodies)
     url, endpoint, timeout_s = plan.url, plan.endpoint, plan.timeout_s
+
+    def late() -> bool:
+        return deadline_ns is not None and perf_counter_ns() >= deadline_ns
 
     async def send(i: int) -> None:
         records[i] = await stream_request(client, url, bodies[i], endpoint=endpoint, timeout_s=timeout_s)  # type: ignore[arg-type]  # plan.endpoint: a str validated upstream
@@ -100,6 +110,8 @@ async def _send_all(client: httpx.AsyncClient, plan: _Plan, bodies: tuple[bytes,
 
             async def loop() -> None:
                 for i in next_index:
+                    if late():
+                        return
                     await send(i)
 
             await asyncio.gather(*(loop() for _ in range(max_concurrency)))
@@ -123,14 +135,17 @@ async def _send_all(client: httpx.AsyncClient, plan: _Plan, bodies: tuple[bytes,
                 delay_s = due_s - loop_.time()
                 if delay_s > 0:
                     await asyncio.sleep(delay_s)
+            if late():
+                break
             tasks.append(asyncio.ensure_future(arrive(i)))
         await asyncio.gather(*tasks)
-    return records  # type: ignore[return-value]  # every slot filled by gather
+    return records
 
 
 async def _run_plan(plan: _Plan, client: httpx.AsyncClient | None,
-                    ready: Any = None) -> tuple[list[RequestRecord], int, int]:
-    """Warm up, (wait for the other workers), then the measured phase: (records, start_ns, end_ns)."""
+                    ready: Any = None) -> tuple[list[RequestRecord | None], int, int]:
+    """Warm up, (wait for the other workers), then the measured phase: (records, start_ns, end_ns); a
+    record is None for a request a `duration_s` bound left unsent."""
     own_client = client is None
     if client is None:
         client = make_client(_connections_needed(plan), plan.timeout_s)
@@ -140,7 +155,9 @@ async def _run_plan(plan: _Plan, client: httpx.AsyncClient | None,
         if ready is not None:
             ready()  # blocks until every worker is warm: nothing else runs on this loop meanwhile
         start_ns = perf_counter_ns()
-        records = await _send_all(client, plan, plan.bodies, plan.max_concurrency, plan.request_rate, plan.seed)
+        deadline_ns = start_ns + int(plan.duration_s * 1e9) if plan.duration_s else None
+        records = await _send_all(client, plan, plan.bodies, plan.max_concurrency, plan.request_rate, plan.seed,
+                                  deadline_ns)
         end_ns = perf_counter_ns()
     finally:
         if own_client:
@@ -158,25 +175,35 @@ async def run_level(
     warmup_requests: int = 0,
     seed: int = 0,
     timeout_s: float = 300.0,
+    duration_s: float | None = None,
     client: httpx.AsyncClient | None = None,
     workers: int = 1,
 ) -> tuple[LevelResult, list[RequestRecord]]:
     """Run one load level against `base_url` (e.g. "http://127.0.0.1:8080") and measure it.
 
-    `client`: reuse an AsyncClient (it must allow max_concurrency connections); by default one is made
-    and closed here. `workers` > 1 runs `run_level_sync` in a thread (and so ignores `client`).
-    Request failures are in the result (failed, error_samples), never raised.
+    `duration_s`: no request starts after this long (those in flight finish), so a level ends after
+    `workload.num_prompts` requests or about `duration_s`, whichever comes first; the records are the
+    requests sent, in order. `client`: reuse an AsyncClient (it must allow max_concurrency connections);
+    by default one is made and closed here. `workers` > 1 runs `run_level_sync` in a thread (and so
+    ignores `client`). Request failures are in the result (failed, error_samples), never raised.
     """
     if workers > 1:
         return await asyncio.to_thread(
             run_level_sync, base_url, model, workload, max_concurrency=max_concurrency, request_rate=request_rate,
-            warmup_requests=warmup_requests, seed=seed, timeout_s=timeout_s, workers=workers)
+            warmup_requests=warmup_requests, seed=seed, timeout_s=timeout_s, duration_s=duration_s,
+            workers=workers)
     plan = _plan(base_url, model, workload, max_concurrency=max_concurrency, request_rate=request_rate,
-                 warmup_requests=warmup_requests, seed=seed, timeout_s=timeout_s)
+                 warmup_requests=warmup_requests, seed=seed, timeout_s=timeout_s, duration_s=duration_s)
     records, start_ns, end_ns = await _run_plan(plan, client)
-    result = LevelResult.from_records(records, (end_ns - start_ns) / 1e9, max_concurrency=max_concurrency,
+    return _result(records, start_ns, end_ns, max_concurrency, request_rate)
+
+
+def _result(records: list[RequestRecord | None], start_ns: int, end_ns: int, max_concurrency: int | None,
+            request_rate: float | None) -> tuple[LevelResult, list[RequestRecord]]:
+    sent = [r for r in records if r is not None]
+    result = LevelResult.from_records(sent, (end_ns - start_ns) / 1e9, max_concurrency=max_concurrency,
                                       request_rate=request_rate)
-    return result, records
+    return result, sent
 
 
 def _split(total: int | None, parts: int) -> list[int | None]:
@@ -189,7 +216,7 @@ def _worker_main(plan: _Plan, barrier: Any, results: Any, index: int) -> None:
     """Entry point of a worker process: run its plan, put (index, records, start_ns, end_ns)."""
     try:
         out = asyncio.run(_run_plan(plan, None, ready=lambda: barrier.wait(WORKER_START_TIMEOUT_S)))
-        results.put((index, [r.to_json() for r in out[0]], out[1], out[2], None))
+        results.put((index, [r.to_json() if r else None for r in out[0]], out[1], out[2], None))
     except BaseException as exc:  # reported to the parent, which raises
         barrier.abort()
         results.put((index, None, 0, 0, f"{type(exc).__name__}: {exc}"))
@@ -205,6 +232,7 @@ def run_level_sync(
     warmup_requests: int = 0,
     seed: int = 0,
     timeout_s: float = 300.0,
+    duration_s: float | None = None,
     workers: int = 1,
 ) -> tuple[LevelResult, list[RequestRecord]]:
     """`run_level` from synchronous code, optionally over `workers` processes (see the module docstring).
@@ -217,9 +245,9 @@ def run_level_sync(
     if workers == 1:
         return asyncio.run(run_level(base_url, model, workload, max_concurrency=max_concurrency,
                                      request_rate=request_rate, warmup_requests=warmup_requests, seed=seed,
-                                     timeout_s=timeout_s))
+                                     timeout_s=timeout_s, duration_s=duration_s))
     plan = _plan(base_url, model, workload, max_concurrency=max_concurrency, request_rate=request_rate,
-                 warmup_requests=warmup_requests, seed=seed, timeout_s=timeout_s)
+                 warmup_requests=warmup_requests, seed=seed, timeout_s=timeout_s, duration_s=duration_s)
     concurrencies = _split(max_concurrency, workers)
     rate = None if request_rate is None or math.isinf(request_rate) else request_rate / workers
     plans = [
@@ -258,14 +286,12 @@ def run_level_sync(
                 p.terminate()
     if failures:
         raise RuntimeError("load generator worker failed: " + "; ".join(failures))
-    records: list[RequestRecord] = [None] * len(plan.bodies)  # type: ignore[list-item]  # every slot filled below
+    records: list[RequestRecord | None] = [None] * len(plan.bodies)
     for k, (recs, _, _) in outputs.items():
-        records[k::workers] = [RequestRecord.from_json(r) for r in recs]
+        records[k::workers] = [RequestRecord.from_json(r) if r else None for r in recs]
     start_ns = min(o[1] for o in outputs.values())
     end_ns = max(o[2] for o in outputs.values())
-    result = LevelResult.from_records(records, (end_ns - start_ns) / 1e9, max_concurrency=max_concurrency,
-                                      request_rate=request_rate)
-    return result, records
+    return _result(records, start_ns, end_ns, max_concurrency, request_rate)
 
 
 def _fmt(value: float, spec: str = ".2f") -> str:

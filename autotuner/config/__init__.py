@@ -110,11 +110,17 @@ class HardwareConfig(_Strict):
 
 class WorkloadConfig(_Strict):
     endpoint: Literal["completions", "chat"] = "completions"
-    num_prompts: int = Field(64, gt=0, description="Measured requests per load level.")
+    num_prompts: int = Field(64, gt=0, description="Measured requests per load level (the most it sends).")
+    duration_s: float | None = Field(
+        None, gt=0, description="Bound each load level by time too: no request starts after this many seconds "
+                                "(those in flight finish). A level ends after num_prompts requests or about "
+                                "duration_s, whichever comes first; every config gets the same prompts in order.")
     input_len: int = Field(128, gt=0, description="Prompt length in words (about one token each).")
     output_len: int = Field(64, gt=0, description="Generated tokens per request.")
     warmup_requests: int = Field(4, ge=0, description="Unmeasured requests sent before each trial.")
-    request_timeout_s: float = Field(120.0, gt=0)
+    request_timeout_s: float | None = Field(
+        None, gt=0, description="Seconds one request may take (unset: from each level's load and the rate the "
+                                "config just showed, and the SLO; see autotuner/core/timeouts.py).")
     seed: int = Field(0, description="Seed of the prompts; the warm-up and each load level draw their own "
                                      "prompts from it, the same in every trial, never one sent before.")
     shared_prefix_len: int = Field(

@@ -32,7 +32,7 @@ from autotuner.bench.spread import spread_metrics
 from autotuner.bench.workload import Workload, level_workload, warmup_workload
 from autotuner.config import Experiment
 from autotuner.config.space import SearchSpace
-from autotuner.core import bans, launch, pruning, record
+from autotuner.core import bans, launch, pruning, record, timeouts
 from autotuner.core.load_search import level_text, load_kind, make_plan
 from autotuner.core.objective import SloViolated, meets, slo_within, trial_values
 from autotuner.core.progress import Progress
@@ -100,6 +100,7 @@ class TrialExecutor:
         self.stop = StopRequests()  # the driver's, shared: Ctrl-C reaches the measurement under way
         self.records = TrialRecords()
         self.bans: list[bans.Ban] = []  # values this engine version refused in earlier trials (the driver's)
+        self._rate: float | None = None
         self.answers: quality.Answers | None = None
         self.score: quality.Score | None = None
         self.on_level: OnLevel = lambda step, metrics: None
@@ -174,6 +175,14 @@ class TrialExecutor:
         finally:
             self.stop.task = None
 
+    def _timeout(self, level: dict[str, Any]) -> float:
+        """One request's timeout at `level` (core.timeouts): the experiment's, or from the load and rate."""
+        w = self.cfg.workload
+        (load_key, load), = level.items()
+        return timeouts.request_timeout(w.request_timeout_s, load_key=load_key, load=float(load),
+                                        num_prompts=w.num_prompts, output_len=w.output_len, tok_per_s=self._rate,
+                                        slo=self.cfg.objective.slo, duration_s=w.duration_s)
+
     def _check_stop(self, when: str) -> None:
         if self.stop.requested:
             raise _Failed("interrupted", f"stopped by {self.stop.requested} {when}")
@@ -184,11 +193,14 @@ class TrialExecutor:
         workload = Workload(endpoint=w.endpoint, num_prompts=w.num_prompts, input_len=w.input_len,
                             output_len=w.output_len, seed=w.seed, shared_prefix_len=w.shared_prefix_len)
         model = handle.spec.served_model_name
+        self._rate = None  # the output rate this launch has shown: what the next level's timeout follows
         if w.warmup_requests:
             progress.phase(f"warming up ({w.warmup_requests} requests)")
             t = time.perf_counter()
-            await run_level(handle.base_url, model, warmup_workload(workload, w.warmup_requests),
-                            timeout_s=w.request_timeout_s, **self.cfg.load.levels()[0])
+            first = self.cfg.load.levels()[0]
+            warm, _ = await run_level(handle.base_url, model, warmup_workload(workload, w.warmup_requests),
+                                      timeout_s=self._timeout(first), **first)
+            self._rate = warm.output_tok_per_s if warm.completed else None
             timings["warmup_s"] = time.perf_counter() - t
             self._check_stop("after warming up")
         if gate is not None:  # before the levels: a config that answers wrongly costs no load level
@@ -212,7 +224,7 @@ class TrialExecutor:
         t = time.perf_counter()
         try:
             self.answers = await quality.collect(handle.base_url, handle.spec.served_model_name, gate.settings,
-                                                 self.cfg.workload.request_timeout_s)
+                                                 self.cfg.workload.request_timeout_s or timeouts.MIN_S)
         except quality.AnswerError as e:
             if gate.reference is None:  # the defaults answering for the reference: no reference, still measured
                 progress.note(f"    quality: the defaults gave no answers to the prompt set ({e})")
@@ -243,13 +255,16 @@ class TrialExecutor:
         scaling = self._measured_scaling(trial, load_key, max_load)
         while level is not None:
             of = f" [{step + 1}/{plan.total}]" if plan.total > 1 else ""
-            progress.phase(f"measuring {level_text(level)}{of} ({w.num_prompts} requests)")
+            within = f" or {w.duration_s:g} s" if w.duration_s else ""
+            progress.phase(f"measuring {level_text(level)}{of} ({w.num_prompts} requests{within})")
             sampler.mark()
+            timeout_s = self._timeout(level)
             result, records = await run_level(handle.base_url, model, level_workload(workload, step),
-                                              timeout_s=w.request_timeout_s, **level)
+                                              timeout_s=timeout_s, duration_s=w.duration_s, **level)
+            self._rate = result.output_tok_per_s if result.completed else self._rate
             self.records.add_level(step, records)
             results.append(result)
-            metrics = {**level, **result.metrics(), **spread_metrics(records),
+            metrics = {**level, **result.metrics(), **spread_metrics(records), "request_timeout_s": timeout_s,
                        GOODPUT: goodput(records, result.duration_s, objective.slo),
                        **summarize_samples(sampler.level_samples(step), self.engine.name)}
             if note := usage_note(result):

@@ -380,3 +380,24 @@ def test_chunked_decoder_handles_any_split() -> None:
         assert decoder.done
     with pytest.raises(Exception, match="chunk"):
         _ChunkedDecoder().feed(b"zz\r\n")
+
+
+@pytest.mark.parametrize("workers", [1, 2])
+def test_a_time_bound_ends_the_level_early_and_lets_requests_in_flight_finish(workers: int) -> None:
+    workload = Workload(num_prompts=400, input_len=8, output_len=4)
+    # Each request takes ~0.1 s at concurrency 4: 400 would take ~10 s; the bound stops new ones at 0.6 s.
+    with FakeOpenAIServer(FakeServerConfig(ttft_s=0.1)) as server:
+        result, records = run(run_level(server.base_url, "m", workload, max_concurrency=4, duration_s=0.6,
+                                        workers=workers))
+    assert 8 <= len(records) < 100 and result.failed == 0 and result.completed == len(records)
+    assert len(server.requests) == len(records)  # every request sent finished and is measured
+    assert 0.6 <= result.duration_s < 3.0
+    prompts = set(prompts_of(workload))  # the same prompts as without a bound: a prefix of them, in order
+    assert set(served_by_prompt(server)) <= prompts
+
+
+def test_a_time_bound_stops_poisson_arrivals_too() -> None:
+    workload = Workload(num_prompts=400, input_len=8, output_len=4)
+    with FakeOpenAIServer(FakeServerConfig(ttft_s=0.01)) as server:
+        result, records = run(run_level(server.base_url, "m", workload, request_rate=50.0, duration_s=0.5))
+    assert 5 <= len(records) < 100 and result.completed == len(records) and result.duration_s < 3.0

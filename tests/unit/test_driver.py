@@ -126,3 +126,17 @@ def test_quality_off_asks_nothing(tmp_path):
                         WORK + "load: {max_concurrency: [2]}\nconfirm: {top_k: 0}\nquality: off\n", 2)
     assert [t.state.name for t in trials] == ["COMPLETE", "COMPLETE"]
     assert not any(t.user_attrs.get("quality") for t in trials)
+
+
+def test_a_time_bounded_level_and_its_timeout_from_the_rate_the_config_showed(tmp_path):
+    trials, out = study(tmp_path, "  itl_ms: {type: categorical, choices: [20]}\n",
+                        "workload: {num_prompts: 400, input_len: 8, output_len: 16, warmup_requests: 2, "
+                        "duration_s: 1.0}\nload: {max_concurrency: [2, 4]}\nconfirm: {top_k: 0}\nquality: off\n",
+                        1, ", baseline: false")
+    (t,) = trials
+    first, second = t.user_attrs["levels"]
+    assert first["completed"] < 400 and second["completed"] < 400  # ~1 s each, not 400 requests
+    assert "(400 requests or 1 s)" in out
+    # From the rate shown: at least the floor (120 s), and the second level's from the first level's rate.
+    assert first["request_timeout_s"] >= 120.0
+    assert second["request_timeout_s"] == max(120.0, 3 * 4 * 16 / first["output_tok_per_s"])
