@@ -319,6 +319,9 @@ class StopConfig(_Strict):
     max_trials: int | None = Field(
         None, gt=0, description="End the study once it holds this many trials, counted over every worker "
         "(--trials counts one invocation's).")
+    same_start_failures: int = Field(
+        3, ge=0, description="Stop when this many launches in a row failed to start with the same error (a host "
+        "or image fault fails every config alike); 0: never.")
 
 
 class ConfirmConfig(_Strict):
@@ -433,6 +436,10 @@ class ExperimentConfig(_Strict):
         default_factory=QualityConfig, description="The quality gate's bar; off (or false): no gate.")
     tracking: TrackingConfig = TrackingConfig()
     startup_timeout_s: float = Field(120.0, gt=0, description="Longest wait for the engine to be ready.")
+    engine_cache: bool = Field(
+        True, description="Keep the engine's compile, autotuning and download caches across the study's launches "
+                          "(a folder per study, engine version and device under the user cache, mounted into "
+                          "containers): every launch after the first of a config starts warm.")
     engine_args: list[str] = Field(
         default_factory=list, description="Fixed extra engine arguments, added to every trial."
     )

@@ -17,6 +17,7 @@ from __future__ import annotations
 import json
 import platform
 import random
+import re
 import subprocess
 import time
 import warnings
@@ -51,7 +52,7 @@ from autotuner.node import host
 from autotuner.node.pool import Leases
 from autotuner.tracking import MlflowStudyLog, MlflowTracker
 from autotuner.tracking.artifacts import StudyArtifacts, settings
-from autotuner.util import locks, secrets
+from autotuner.util import locks, paths, secrets
 from autotuner.util.interrupts import StopRequests
 
 MAX_REASKS = 20  # re-proposals of measured configs in a row before an unmeasured one is drawn at random
@@ -96,6 +97,7 @@ class StudyDriver:
         self.callbacks: list[StudyCallback] = [self.artifacts, self.mlflow]
         self.executor = TrialExecutor(experiment, engine=engine, launcher=launcher, binary=binary,
                                       secrets=self.secrets, pool=pool)
+        self.executor.cache_dir = self._engine_cache() if self.cfg.engine_cache else None
         self._stop = StopRequests()
         self._no_reference: str | None = None  # why this run checks no answers (the defaults gave none)
         self.advisors = self._make_advisors() if advice != "off" else []
@@ -126,6 +128,7 @@ class StudyDriver:
         deadline = time.monotonic() + timeout_s if timeout_s else None
         self._stop = self.executor.stop = StopRequests(on_first=lambda name: progress.note(
             f"{name}: finishing the measurement under way, then stopping (again to stop at once)"))
+        decision: stopping.StopDecision | None = None
         with self._stop:
             try:
                 for index in range(1, n_trials + 1):
@@ -150,7 +153,8 @@ class StudyDriver:
                         progress.note(f"stopping: {decision.message}")
                         self.study.set_user_attr("stop_reason", decision.message)
                         break
-                if not self._stop.requested and self.cfg.confirm.top_k:
+                broken_host = bool(decision and decision.reason == "start-failures")  # nothing would start
+                if not self._stop.requested and self.cfg.confirm.top_k and not broken_host:
                     self._recover_dead_workers(progress)  # a dead worker's trial is not "still running"
                     if others := self._running_trials():
                         progress.note(f"trial(s) {', '.join(f'#{n}' for n in others)} still run on other "
@@ -191,6 +195,11 @@ class StudyDriver:
         return [t.number for t in self.study.get_trials(deepcopy=False, states=(TrialState.RUNNING,))]
 
     def _stop_decision(self) -> stopping.StopDecision | None:
+        launched = sorted((t for t in map(record.view, self.study.get_trials(deepcopy=False))
+                           if t.counted and t.state in ("COMPLETE", "FAIL", "PRUNED")), key=lambda t: t.number)
+        endings = [(t.failure_class, t.failure_reason) for t in launched if t.failure_class != "interrupted"]
+        if stuck := stopping.same_start_failure(endings, self.cfg.stop.same_start_failures):
+            return stuck
         # Convergence counts trials that measured a config for the first time: a failure measured
         # nothing, a retry or a re-proposal nothing new.
         finished = [
@@ -649,6 +658,13 @@ class StudyDriver:
     def launch_spec(self, params: dict[str, Any], port: int) -> LaunchSpec:
         """The launch of `params` as the trials ran it (the one builder, `autotuner.core.launch`)."""
         return self.executor.launch_spec(params, port)
+
+    def _engine_cache(self) -> Path:
+        """The study's engine cache: one folder per engine version and device, so that no build or GPU reads
+        another's compiled kernels."""
+        device = self.host.get("gpu_names") or self.host.get("cpu_model") or "cpu"
+        key = re.sub(r"[^A-Za-z0-9._-]+", "-", f"{self.engine.name}-{self.engine_version}-{device}").strip("-")
+        return paths.cache_dir() / "engine-cache" / self.cfg.study_name / key[:120]
 
     def _engine_version(self) -> str:
         if not self.binary:

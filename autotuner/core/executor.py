@@ -101,6 +101,7 @@ class TrialExecutor:
         self.records = TrialRecords()
         self.bans: list[bans.Ban] = []  # values this engine version refused in earlier trials (the driver's)
         self._rate: float | None = None
+        self.cache_dir: Path | None = None  # the study's engine cache (the driver's), None: every launch starts cold
         self.answers: quality.Answers | None = None
         self.score: quality.Score | None = None
         self.on_level: OnLevel = lambda step, metrics: None
@@ -336,6 +337,8 @@ class TrialExecutor:
                                   view=self.launcher.context, secrets=self.secrets)
         if units and self.pool is not None:
             spec = replace(spec, gpu_ids=units) if self.pool.pool.kind == "gpu" else replace(spec, cpu_ids=units)
+        if self.cache_dir is not None and (caches := self.engine.cache_env()):
+            spec = replace(spec, cache_dir=str(self.cache_dir), cache_env=caches)
         return spec
 
     def _lease(self, params: dict[str, Any], label: str, progress: Progress) -> tuple[int, ...]:

@@ -1,4 +1,4 @@
-"""When to stop a study (pure): a target met, or convergence.
+"""When to stop a study (pure): a target met, convergence, or the same start failure again and again.
 
 Convergence: the best value has not improved by more than the measurement noise over the last
 `patience` finished trials. Noise is measured, not assumed: the relative spread of repeated
@@ -8,10 +8,15 @@ stands in. Every number here is relative to the best value, so units never matte
 
 With several objectives (a Pareto front) there is no single best: convergence is the front's
 hypervolume not growing by more than the noise over the last `patience` trials (`decide_front`).
+
+A host fault (a GPU that cannot initialise, a broken image) fails every config the same way: when the
+last N launches all failed to start with the same class and the same telling line, the study stops and
+says so instead of burning the night (`same_start_failure`).
 """
 
 from __future__ import annotations
 
+import re
 import statistics
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -20,8 +25,27 @@ from typing import Any
 
 @dataclass(frozen=True)
 class StopDecision:
-    reason: str  # "target" or "converged"
+    reason: str  # "target", "converged" or "start-failures"
     message: str
+
+
+START_FAILURES = ("exited-at-start", "startup-timeout", "oom", "backend", "bad-flag")
+
+
+def same_start_failure(endings: Sequence[tuple[str | None, str | None]], n: int) -> StopDecision | None:
+    """`endings`: (failure class or None, reason) of the launched trials, oldest first. A stop when the last
+    `n` all failed to start alike (numbers, such as ports and pids, do not tell lines apart)."""
+    if n <= 0 or len(endings) < n:
+        return None
+    last = {(cls, re.sub(r"0x[0-9a-f]+|\d+", "#", reason or "")) for cls, reason in endings[-n:]}
+    if len(last) != 1:
+        return None
+    ((cls, _),) = last
+    if cls not in START_FAILURES:
+        return None
+    reason = endings[-1][1] or ""
+    return StopDecision("start-failures", f"the last {n} launches failed to start the same way ({cls}: "
+                        f"{reason[:300]}): the host or the image, not the configs; fix it, then run again to resume")
 
 
 def relative_noise(repeats: Mapping[Any, Sequence[float]]) -> float | None:

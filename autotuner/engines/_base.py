@@ -36,6 +36,14 @@ class LaunchSpec:
     # out of command_line(): a deployment has the node to itself.
     gpu_ids: tuple[int, ...] = ()
     cpu_ids: tuple[int, ...] = ()
+    # The study's engine cache (compile, autotuning, downloads) kept across launches: the host folder, and
+    # each variable the engine reads -> its subfolder there. Left out of command_line(): a tuner's cache.
+    cache_dir: str | None = None
+    cache_env: dict[str, str] = field(default_factory=dict)
+
+    def cache_environment(self, root: str) -> dict[str, str]:
+        """The cache variables with the cache folder at `root` (the host's, or where a container mounts it)."""
+        return {name: f"{root}/{sub}" for name, sub in self.cache_env.items()} if self.cache_dir else {}
 
     def command_line(self) -> str:
         env = [f"{k}={shlex.quote(v)}" for k, v in sorted(self.env.items())]
@@ -106,6 +114,13 @@ def value_text(value: Any) -> str:
     return str(value)
 
 
+# The caches of the PyTorch serving stack that a second launch reuses: Triton kernels and TorchInductor
+# graphs (keyed by source hash), FlashInfer's JIT builds (FLASHINFER_WORKSPACE_BASE/.cache/flashinfer) and
+# the model hub's downloads.
+TORCH_STACK_CACHES = {"TRITON_CACHE_DIR": "triton", "TORCHINDUCTOR_CACHE_DIR": "inductor",
+                      "FLASHINFER_WORKSPACE_BASE": "flashinfer", "HF_HUB_CACHE": "hf-hub"}
+
+
 class EngineError(ValueError):
     """A search space or experiment asks the engine for something it does not have."""
 
@@ -117,6 +132,7 @@ class Engine:
     flags: ClassVar[Mapping[str, Flag]]
     default_image: ClassVar[str] = "{engine}:{version}"  # format(version=...): where --format docker runs it
     server_metrics: ClassVar[Mapping[str, tuple[str, str, float]]] = {}  # canonical /metrics name -> source
+    caches: ClassVar[Mapping[str, str]] = {}  # cache variable -> subfolder of the study's engine cache (cache_env)
 
     def check_space(self, param_names: list[str], choices: Mapping[str, list[Any]]) -> None:
         """Raise EngineError for a param this engine does not know, or a value it does not accept."""
@@ -162,6 +178,11 @@ class Engine:
         """Engine knowledge (the `engine` advisor): configs an engineer who knows this engine would try
         first, and the next step a trial's evidence points at. None by default."""
         return []
+
+    def cache_env(self) -> dict[str, str]:
+        """The caches that make a second launch start faster, as variable -> subfolder of the study's engine
+        cache (engines key their entries by config and code hash, so configs share the folder safely)."""
+        return dict(self.caches)
 
     def defaults(self) -> dict[str, Any]:
         """The engine's own default per param, where the adapter knows it."""

@@ -18,7 +18,7 @@ from collections.abc import Mapping
 from math import prod
 from typing import Any
 
-from autotuner.engines._base import Engine, Flag, LaunchContext, LaunchSpec, register
+from autotuner.engines._base import TORCH_STACK_CACHES, Engine, Flag, LaunchContext, LaunchSpec, register
 
 SGLANG_VERSION = "0.5.23"
 LAUNCH_MODULE = "sglang.launch_server"
@@ -89,6 +89,7 @@ _FAILURES = [
 class SglangEngine(Engine):
     name = "sglang"
     default_image = "lmsysorg/sglang:{version}"  # an image whose PATH has the server
+    caches = TORCH_STACK_CACHES  # its torch.compile, Triton and FlashInfer JIT caches, and the hub's downloads
     # /metrics: canonical name -> (this engine's series, kind, scale to canonical units)
     server_metrics = {
         "kv_cache_usage": ("sglang:token_usage", "gauge", 1.0),

@@ -17,7 +17,15 @@ from collections.abc import Mapping
 from math import prod
 from typing import TYPE_CHECKING, Any
 
-from autotuner.engines._base import Engine, EngineError, Flag, LaunchContext, LaunchSpec, register
+from autotuner.engines._base import (
+    TORCH_STACK_CACHES,
+    Engine,
+    EngineError,
+    Flag,
+    LaunchContext,
+    LaunchSpec,
+    register,
+)
 
 if TYPE_CHECKING:
     from autotuner.advisors import Proposal, StudySoFar
@@ -144,6 +152,9 @@ _ERROR_LINE = re.compile(r"^(\(\w+ pid=\d+\) )?(ERROR|CRITICAL)\b|Error:|^Runtim
 class VllmEngine(Engine):
     name = "vllm"
     default_image = "vllm/vllm-openai:{version}"  # an image whose PATH has the server
+    # torch.compile artifacts and FlashInfer's autotuning results live under VLLM_CACHE_ROOT, keyed by a
+    # hash of the vLLM config (vllm/compilation/backends.py, model_executor/warmup/flashinfer_autotune_cache.py).
+    caches = {**TORCH_STACK_CACHES, "VLLM_CACHE_ROOT": "vllm"}
     # /metrics: canonical name -> (this engine's series, kind, scale to canonical units)
     server_metrics = {
         "kv_cache_usage": ("vllm:kv_cache_usage_perc", "gauge", 1.0),  # a 0..1 ratio despite the name

@@ -30,7 +30,7 @@ import os
 import threading
 import time
 from collections.abc import Callable
-from pathlib import Path
+from pathlib import Path, PurePosixPath
 from typing import Any
 
 import docker
@@ -62,6 +62,7 @@ from autotuner.launchers.docker_command import (
 )
 
 OWNER_LABEL = "autotuner.owner"  # host:pid:start of the tuner that started the container
+CACHE_MOUNT = "/autotuner-cache"  # where a container sees the study's engine cache
 
 _FAILURE_TAIL_LINES = 120
 _POLL_S = 0.1
@@ -190,7 +191,11 @@ class DockerLauncher:
             self.prepare()
         log_path.parent.mkdir(parents=True, exist_ok=True)
         api = self.client.api
-        env = self._environment(spec)
+        env = {**spec.cache_environment(CACHE_MOUNT), **self._environment(spec)}
+        mounted = list(self.mounts)
+        if spec.cache_dir:  # the study's engine cache, read and written by every trial's container
+            Path(spec.cache_dir).mkdir(parents=True, exist_ok=True)
+            mounted.append((Path(spec.cache_dir), PurePosixPath(CACHE_MOUNT), False))
         port = f"{spec.port}/tcp"
         host_config = api.create_host_config(
             port_bindings=None if self.settings.network_host else {port: ("127.0.0.1",)},
@@ -200,7 +205,7 @@ class DockerLauncher:
             mem_limit=self.settings.memory,
             memswap_limit=self.settings.memory,
             mounts=[
-                DockerMount(str(target), str(source), type="bind", read_only=ro) for source, target, ro in self.mounts
+                DockerMount(str(target), str(source), type="bind", read_only=ro) for source, target, ro in mounted
             ],
             device_requests=_device_requests(container_gpus(spec, self.settings)),
             cpuset_cpus=",".join(map(str, spec.cpu_ids)) or None,

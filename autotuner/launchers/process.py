@@ -65,10 +65,13 @@ class ProcessLauncher:
 
     def start(self, spec: LaunchSpec, log_path: Path, labels: dict[str, str]) -> Handle:
         log_path.parent.mkdir(parents=True, exist_ok=True)
+        if spec.cache_dir:
+            Path(spec.cache_dir).mkdir(parents=True, exist_ok=True)
         with log_path.open("ab") as log:
             proc = subprocess.Popen(
                 spec.argv, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
-                env={**os.environ, **spec.log_env, **spec.env, **_pool_env(spec), **spec.secret_env},
+                env={**os.environ, **spec.log_env, **spec.cache_environment(spec.cache_dir or ""), **spec.env,
+                     **_pool_env(spec), **spec.secret_env},
                 start_new_session=True, preexec_fn=_child_setup(spec.cpu_ids),
             )
         self.state_dir.mkdir(parents=True, exist_ok=True)

@@ -11,6 +11,7 @@ import shlex
 import shutil
 import subprocess
 import time
+from dataclasses import replace
 from pathlib import Path
 
 import httpx
@@ -258,4 +259,22 @@ def test_engine_version_is_read_from_the_image(docker_client, engine_image, tiny
     expected = ENGINE.parse_version(host.stdout + host.stderr)
     assert launcher.engine_version(ENGINE, LABELS) == expected
     assert "+" in expected  # parsed, not "unknown"
+    assert ours(docker_client) == []
+
+
+def test_the_studys_engine_cache_is_mounted_writable_and_named_by_its_variables(docker_client, engine_image,
+                                                                                tiny_model, tmp_path):
+    launcher = DockerLauncher(DockerConfig(image=engine_image), model_path=tiny_model)
+    spec = replace(spec_for(launcher, tiny_model), cache_dir=str(tmp_path / "cache"),
+                   cache_env={"TRITON_CACHE_DIR": "triton"})
+    handle = launcher.start(spec, tmp_path / "server.log", LABELS)
+    try:
+        launcher.wait_ready(handle, 30)
+        attrs = docker_client.containers.get(handle.container_id).attrs
+        assert "TRITON_CACHE_DIR=/autotuner-cache/triton" in attrs["Config"]["Env"]
+        cache = next(m for m in attrs["Mounts"] if m["Destination"] == "/autotuner-cache")
+        assert cache["Source"] == str(tmp_path / "cache") and cache["RW"] is True
+    finally:
+        launcher.stop(handle)
+    assert "autotuner-cache" not in handle.artifacts["docker-run.txt"]  # a reproduction by hand starts cold
     assert ours(docker_client) == []

@@ -159,6 +159,20 @@ def test_a_process_sees_only_the_gpus_the_pool_leased(tmp_path):
         launcher.stop(handle)
 
 
+def test_a_process_finds_the_studys_engine_cache_by_its_variables(tmp_path):
+    launcher = ProcessLauncher(tmp_path / "state")
+    spec = replace(http_server(free_port()), cache_dir=str(tmp_path / "cache"),
+                   cache_env={"TRITON_CACHE_DIR": "triton", "VLLM_CACHE_ROOT": "vllm"})
+    handle = launcher.start(spec, tmp_path / "server.log", LABELS)
+    try:
+        environ = Path(f"/proc/{handle.pid}/environ").read_bytes().split(b"\0")
+        assert f"VLLM_CACHE_ROOT={tmp_path / 'cache' / 'vllm'}".encode() in environ
+        assert (tmp_path / "cache").is_dir()
+        assert "cache" not in handle.spec.command_line()  # the tuner's cache is no part of the deployment
+    finally:
+        launcher.stop(handle)
+
+
 def test_start_ready_logs_stop_twice(flavour, launcher, tmp_path):
     log = tmp_path / "server.log"
     handle = launcher.start(flavour.serving(launcher), log, LABELS)

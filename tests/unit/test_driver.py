@@ -140,3 +140,11 @@ def test_a_time_bounded_level_and_its_timeout_from_the_rate_the_config_showed(tm
     # From the rate shown: at least the floor (120 s), and the second level's from the first level's rate.
     assert first["request_timeout_s"] >= 120.0
     assert second["request_timeout_s"] == max(120.0, 3 * 4 * 16 / first["output_tok_per_s"])
+
+
+def test_a_host_that_fails_every_launch_alike_stops_the_study_and_says_why(tmp_path):
+    trials, out = study(tmp_path, "  itl_ms: {type: categorical, choices: [2, 5, 20]}\n",
+                        WORK + "load: {max_concurrency: [2]}\nquality: off\nengine_args: ['--no-such-flag']\n", 8)
+    assert len([t for t in trials if t.user_attrs.get("duplicate_of") is None]) == 3  # not 8
+    assert "stopping: the last 3 launches failed to start the same way" in out
+    assert "unrecognized arguments: --no-such-flag" in out and "confirm" not in out.lower().split("stopping")[-1]

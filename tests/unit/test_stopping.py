@@ -6,7 +6,7 @@ import pytest
 
 from autotuner.config import ObjectiveConfig
 from autotuner.core.objective import SloViolated, saturated, slo_violations, trial_value
-from autotuner.core.stopping import converged, decide, relative_noise, target_met
+from autotuner.core.stopping import converged, decide, relative_noise, same_start_failure, target_met
 
 
 def test_target_in_both_directions():
@@ -56,3 +56,14 @@ def test_slo_picks_the_best_level_that_meets_it():
 def test_slo_names_only_latency_metrics():
     with pytest.raises(ValueError, match="'output_tok_per_s' is not a latency metric"):
         ObjectiveConfig(slo={"output_tok_per_s": 5})
+
+
+def test_the_same_start_failure_again_and_again_stops_the_study():
+    cuda = ("exited-at-start", "exited with code 1 at start: RuntimeError: CUDA error: devices unavailable (pid 4711)")
+    again = ("exited-at-start", "exited with code 1 at start: RuntimeError: CUDA error: devices unavailable (pid 815)")
+    stop = same_start_failure([(None, None), cuda, again, cuda], 3)
+    assert stop is not None and stop.reason == "start-failures" and "CUDA error: devices unavailable" in stop.message
+    assert same_start_failure([cuda, again], 3) is None  # not yet three
+    assert same_start_failure([cuda, ("oom", "CUDA out of memory"), cuda], 3) is None  # not alike
+    assert same_start_failure([("quality", "x")] * 3, 3) is None  # a measurement's failure: the configs'
+    assert same_start_failure([cuda] * 5, 0) is None  # off
