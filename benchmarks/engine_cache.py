@@ -34,6 +34,9 @@ from autotuner.tracking import MlflowTracker  # noqa: E402
 from autotuner.util import paths  # noqa: E402
 
 
+VLLM_PYTHON = paths.vllm_python()  # found before the runs point the user cache elsewhere
+
+
 def driver_for(folder: Path, engine_cache: bool) -> StudyDriver:
     text = (REPO / "experiments" / "vllm-cpu.yaml").read_text()
     text = (text.replace("../models/llama-38m", str(REPO / "models" / "llama-38m"))
@@ -43,7 +46,7 @@ def driver_for(folder: Path, engine_cache: bool) -> StudyDriver:
     (folder / "exp.yaml").write_text(text + f"engine_cache: {str(engine_cache).lower()}\nquality: off\n")
     return StudyDriver(load_experiment(folder / "exp.yaml"), engine=get_engine("vllm"),
                        launcher=ProcessLauncher(folder / "procs"), tracker=MlflowTracker(root=folder / "mlruns"),
-                       results_dir=folder / "results", binary=str(paths.vllm_python()),
+                       results_dir=folder / "results", binary=str(VLLM_PYTHON),
                        progress=lambda total: Progress(total, "output_tok_per_s", Console(file=io.StringIO())))
 
 
@@ -61,7 +64,7 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--repeats", type=int, default=3)
     args = parser.parse_args()
-    if paths.vllm_python() is None:
+    if VLLM_PYTHON is None:
         raise SystemExit("vLLM's CPU build is not installed: run scripts/setup-vllm.sh")
     cold, warm, off = [], [], []
     with tempfile.TemporaryDirectory(prefix="engine-cache-") as tmp:
