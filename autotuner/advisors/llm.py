@@ -134,7 +134,7 @@ def evidence(study: StudySoFar, status: Mapping[str, Any], describe: Callable[[M
     return {"search_space": space, "constraints": study.space.config.constraints,
             "machine": {"cpus": study.cpus, "gpus": study.gpus},
             "load": {study.load_key: study.max_load}, "engine_defaults": dict(study.defaults),
-            "trials": trials, "report": report}
+            "trials": trials, "trials_left_in_this_run": study.trials_left, "report": report}
 
 
 def _example(spec: Any) -> Any:

@@ -498,7 +498,7 @@ def to_markdown(s: StudySummary, engine: Engine | None = None, command: str | No
             out.append(f"- study: {s.convergence}")
         out.append("")
     if s.wrong:
-        out += ["## Fast but wrong (failed the quality gate: cannot win)", ""]
+        out += ["## Failed the quality gate (answers unlike the defaults': cannot win)", ""]
         for w in s.wrong:
             speed = f"answered {w.speed_ratio:.2f}x as fast as the defaults, but " if w.speed_ratio else ""
             out.append(f"- #{w.number} `{config_text(w, engine)}`: {speed}{_md(w.reason)[:400]}")
@@ -602,7 +602,7 @@ def _render_outcomes(summary: StudySummary, console: Console) -> None:
     if summary.stop_reason:
         console.print(f"Stopped early: {summary.stop_reason}", soft_wrap=True, markup=False)
     if summary.wrong:
-        console.print("Fast but wrong (failed the quality gate): " + ", ".join(
+        console.print("Failed the quality gate: " + ", ".join(
             f"#{w.number}" + (f" ({w.speed_ratio:.2f}x the defaults' answering speed)" if w.speed_ratio else "")
             for w in summary.wrong), soft_wrap=True, markup=False)
 

@@ -80,4 +80,4 @@ startup_timeout_s: 60
     best = json.loads((tmp_path / "results" / "wrong" / "best.json").read_text())
     assert best["best"]["number"] == baseline.number
     report = (tmp_path / "results" / "wrong" / "report.md").read_text()
-    assert "## Fast but wrong" in report and "--rope-freq-base 0.001" in report
+    assert "## Failed the quality gate" in report and "--rope-freq-base 0.001" in report

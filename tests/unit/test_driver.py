@@ -103,7 +103,7 @@ def test_a_config_that_answers_differently_fails_the_quality_gate_before_its_lev
     assert same.state.name == "COMPLETE" and same.user_attrs["quality"]["quality_token_agreement"] == 1.0
     assert same.user_attrs["quality"]["quality_logprob_delta"] == 0.0
     report = (tmp_path / "results" / "fake" / "report.md").read_text()
-    assert "## Fast but wrong" in report and f"#{wrong.number} `--wrong-answers`" in report
+    assert "## Failed the quality gate" in report and f"#{wrong.number} `--wrong-answers`" in report
     assert "| reference |" in report and "| 1.00, Δlp 0.000 |" in report
 
 
