@@ -43,6 +43,7 @@ def driver_for(folder: Path, engine_cache: bool) -> StudyDriver:
             .replace("../search_spaces/vllm-cpu.yaml", str(REPO / "search_spaces" / "vllm-cpu.yaml"))
             .replace("sqlite:///autotuner.db", f"sqlite:///{folder}/study.db")
             .replace('engine_args: ["--enforce-eager", ', "engine_args: ["))
+    text = text.replace("startup_timeout_s: 180", "startup_timeout_s: 900")  # a cold compile on a busy box
     (folder / "exp.yaml").write_text(text + f"engine_cache: {str(engine_cache).lower()}\nquality: off\n")
     return StudyDriver(load_experiment(folder / "exp.yaml"), engine=get_engine("vllm"),
                        launcher=ProcessLauncher(folder / "procs"), tracker=MlflowTracker(root=folder / "mlruns"),

@@ -28,6 +28,7 @@ from autotuner.config.space import SearchSpace
 
 REASON_CHARS = 160  # one line in the progress and the report
 RECENT_TRIALS = 40  # the trials the prompt lists, newest last: enough evidence, a bounded prompt
+MAX_FAILURES = 3
 
 SYSTEM = """\
 You are a performance engineer tuning the {engine} inference server for the highest {metric} \
@@ -52,8 +53,24 @@ class LlmAdvisor:
         self.status = status or dict
         key_env = settings.api_key_env
         self._headers = {"Authorization": f"Bearer {environ[key_env]}"} if key_env and environ.get(key_env) else {}
+        self._failures = 0  # failed answers in a row
 
     def propose(self, study: StudySoFar) -> list[Proposal]:
+        """Its proposals for this slot; an AdviceError when it gave none (after MAX_FAILURES in a row it
+        steps aside for the rest of the run: a dead or slow endpoint must not cost every trial its timeout)."""
+        if self._failures >= MAX_FAILURES:
+            return []
+        try:
+            proposals = self._ask(study)
+        except AdviceError as e:
+            self._failures += 1
+            if self._failures >= MAX_FAILURES:
+                raise AdviceError(f"{e}; {MAX_FAILURES} failed answers in a row: not asked again in this run") from None
+            raise
+        self._failures = 0
+        return proposals
+
+    def _ask(self, study: StudySoFar) -> list[Proposal]:
         s = self.settings
         body = request_body(s, SYSTEM.format(engine=self.engine, metric=study.metric, direction=study.direction,
                                              n=s.proposals),
