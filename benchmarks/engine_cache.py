@@ -33,7 +33,6 @@ from autotuner.launchers.process import ProcessLauncher  # noqa: E402
 from autotuner.tracking import MlflowTracker  # noqa: E402
 from autotuner.util import paths  # noqa: E402
 
-
 VLLM_PYTHON = paths.vllm_python()  # found before the runs point the user cache elsewhere
 
 
