@@ -190,10 +190,11 @@ def _worker_seed(exp, seed: int | None, worker: str | None) -> int | None:
 
 
 def _pool(exp, parallel: int, gpus: str | None):
-    from autotuner.node.pool import Leases, node_pool
+    from autotuner.node.host import gpu_topology
+    from autotuner.node.pool import Leases, node_pool, with_topology
 
     pool = node_pool(exp.config, parallel, gpus)
-    return Leases(pool) if pool else None
+    return Leases(with_topology(pool, gpu_topology() if pool.kind == "gpu" else None)) if pool else None
 
 
 def _ask(question: str, params: dict) -> bool | dict:

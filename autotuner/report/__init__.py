@@ -27,6 +27,8 @@ from rich.table import Table
 from autotuner.core import record, winner
 from autotuner.core.study import verdict as study_verdict
 from autotuner.engines._base import Engine
+from autotuner.node.gpu_topology import describe as describe_topology
+from autotuner.node.gpu_topology import parse_topo_matrix
 from autotuner.report import diagnosis
 from autotuner.util.files import write_atomically
 
@@ -412,6 +414,15 @@ def _front_markdown(s: StudySummary, engine: Engine | None) -> list[str]:
     return out + [""]
 
 
+def _packing_text(topo_text: str | None) -> str:
+    """How the pool chose each trial's GPUs: by the links `nvidia-smi topo -m` showed (the same text the
+    pool parsed), else by aligned ids."""
+    topology = parse_topo_matrix(topo_text or "")
+    if topology is None:
+        return "by aligned GPU ids (no `nvidia-smi topo -m` matrix seen)"
+    return f"by topology: {describe_topology(topology)}"
+
+
 def _env_rows(s: StudySummary) -> list[tuple[str, str]]:
     e, st = s.environment, s.settings
     rows = []
@@ -424,6 +435,7 @@ def _env_rows(s: StudySummary) -> list[tuple[str, str]]:
         if host.get("gpu_count"):
             rows.append(("GPUs", f"{host['gpu_count']} × {host.get('gpu_names')}"))
             rows.append(("Driver / CUDA", f"{host.get('driver_version')} / {host.get('cuda_version')}"))
+            rows.append(("GPU packing", _packing_text(host.get("gpu_topology"))))
         else:
             rows.append(("GPUs", "none seen (nvidia-smi / NVML absent or no device)"))
         rows.append(("Host", f"{host.get('hostname')} ({host.get('os')})"))
