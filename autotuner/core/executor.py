@@ -24,6 +24,7 @@ from typing import Any
 import optuna
 
 from autotuner import quality
+from autotuner.bench.gpu_telemetry import GpuTelemetrySampler
 from autotuner.bench.metrics import GOODPUT, LevelResult, goodput, usage_note
 from autotuner.bench.runner import run_level
 from autotuner.bench.server_metrics import ServerMetricsSampler
@@ -103,6 +104,7 @@ class TrialExecutor:
         self.answers: quality.Answers | None = None
         self.score: quality.Score | None = None
         self.on_level: OnLevel = lambda step, metrics: None
+        self.gpu_telemetry = GpuTelemetrySampler((), enabled=False)
 
     def run(self, params: dict[str, Any], *, trial: optuna.Trial | None, trial_dir: Path, progress: Progress,
             timings: dict[str, float], label: str, on_level: OnLevel = lambda step, metrics: None,
@@ -198,9 +200,13 @@ class TrialExecutor:
             return TrialResult("COMPLETE")
         sampler = ServerMetricsSampler(handle.base_url, self.engine.name)
         sampler.start()
+        # NVML next to /metrics, for the power and communication diagnoses; none on a CPU experiment.
+        self.gpu_telemetry = GpuTelemetrySampler(handle.spec.gpu_ids, enabled=self.cfg.hardware.gpus > 0)
+        self.gpu_telemetry.start()
         try:
             return await self._measure_levels(handle, trial, progress, timings, workload, sampler)
         finally:
+            self.gpu_telemetry.stop()
             await sampler.stop()
             timings["server_metrics_cpu_s"] = sampler.poll_cpu_s
             self.records.add_samples(sampler)
@@ -245,13 +251,15 @@ class TrialExecutor:
             of = f" [{step + 1}/{plan.total}]" if plan.total > 1 else ""
             progress.phase(f"measuring {level_text(level)}{of} ({w.num_prompts} requests)")
             sampler.mark()
+            self.gpu_telemetry.mark()
             result, records = await run_level(handle.base_url, model, level_workload(workload, step),
                                               timeout_s=w.request_timeout_s, **level)
             self.records.add_level(step, records)
             results.append(result)
             metrics = {**level, **result.metrics(), **spread_metrics(records),
                        GOODPUT: goodput(records, result.duration_s, objective.slo),
-                       **summarize_samples(sampler.level_samples(step), self.engine.name)}
+                       **summarize_samples(sampler.level_samples(step), self.engine.name),
+                       **self.gpu_telemetry.level_metrics(step)}
             if note := usage_note(result):
                 progress.note(f"    warning at {level_text(level)}: {note}")
             self.records.level_metrics.append(metrics)

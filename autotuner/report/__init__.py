@@ -279,6 +279,14 @@ def next_steps(s: StudySummary) -> list[str]:
     elif s.study_limit == "queueing":
         steps.append("Admit more requests at once (more parallel slots / max-num-seqs): requests queue inside "
                      "the server in the top trials.")
+    elif s.study_limit == "power":
+        steps.append("The top trials are power-bound (at the GPUs' power limit, clocks held back): raise the "
+                     "power limit if the board allows it (nvidia-smi -pl), or do less work per token "
+                     "(quantized weights or KV cache); more concurrency only shares the same watts.")
+    elif s.study_limit == "communication":
+        steps.append("The top trials are communication-bound (PCIe busy, SMs waiting): try fewer GPUs per "
+                     "replica with more replicas (data parallel), pipeline instead of tensor parallel across "
+                     "PCIe, or the engine's all-reduce and NCCL settings.")
     elif s.study_limit == "compute":
         steps.append("The top trials are compute-bound: further gains come from less work per token "
                      "(quantized weights or KV cache, flash attention) or more compute (threads, GPUs), "
