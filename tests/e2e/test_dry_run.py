@@ -4,6 +4,7 @@ and the rule each infeasible sample breaks, with nothing started or written."""
 from __future__ import annotations
 
 import shlex
+import subprocess
 
 from tests.e2e.test_cli import REPO, autotuner
 
@@ -83,3 +84,14 @@ def test_a_gpu_dry_run_prints_the_gpu_preflight_first_and_a_cpu_one_none(tmp_pat
     cpu = autotuner("run", "--experiment", str(REPO / "experiments" / "vllm-cpu.yaml"), "--dry-run", "--trials", "1",
                     cwd=tmp_path)
     assert cpu.returncode == 0 and "GPU preflight" not in cpu.stdout
+
+
+def test_the_gpu_check_script_parses_and_its_experiment_dry_runs(tmp_path):
+    script = REPO / "scripts" / "gpu-check.sh"
+    assert subprocess.run(["bash", "-n", str(script)], capture_output=True).returncode == 0
+    out = autotuner("run", "--experiment", str(REPO / "experiments" / "vllm-gpu-check.yaml"), "--dry-run",
+                    "--trials", "3", cwd=tmp_path)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.startswith("# GPU preflight before the first trial (in image vllm/vllm-openai:")
+    assert out.stdout.rstrip().endswith("# 3 launchable, 0 infeasible (an infeasible config costs no launch)")
+    assert list(tmp_path.iterdir()) == []
