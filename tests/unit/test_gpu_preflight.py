@@ -123,3 +123,48 @@ def test_run_on_host_confines_the_probe_to_the_pools_gpus():
     assert gp.run_on_host(probe, [2, 3], {"PATH": "/usr/bin:/bin"}).output.strip() == "2,3"
     missing = gp.run_on_host(gp.Probe("x", ("no-such-binary-here",), "test"), [], {})
     assert missing.returncode == 127
+
+
+def gpu_experiment(launcher: str = "docker"):
+    from autotuner.config import load_experiment
+
+    exp = load_experiment(Path(__file__).parents[2] / "experiments" / "vllm-gpu-check.yaml")
+    if launcher == "process":
+        exp = exp.model_copy(update={"config": exp.config.model_copy(update={"launcher": "process"})})
+    return exp
+
+
+class FakeImage:
+    """A launcher whose image answers the probes with what a machine with the HMM fault printed."""
+
+    def __init__(self):
+        self.argvs: list[list[str]] = []
+
+    def run_once(self, argv, gpus, labels):
+        self.argvs.append(argv)
+        if argv[0] == "python3":
+            return 1, (DATA / "cuda-init" / "hmm-rtx-pro-6000-ollama.txt").read_text()
+        return 0, SMI_TWO if "--query-gpu" in argv[1] else ""
+
+
+def test_the_cli_stops_a_docker_study_with_the_fix_before_any_trial():
+    from autotuner.cli import _gpu_preflight
+    from autotuner.config import ConfigError
+
+    image = FakeImage()
+    with pytest.raises(ConfigError) as stopped:
+        _gpu_preflight(gpu_experiment(), image, None, None)
+    assert "GPU preflight (in image vllm/vllm-openai:v0.32.0) failed" in str(stopped.value)
+    assert "uvm_disable_hmm=1" in str(stopped.value)
+    assert [a[0] for a in image.argvs] == ["nvidia-smi", "nvidia-smi", "nvidia-smi", "python3"]
+
+
+def test_a_process_study_on_a_machine_without_nvidia_smi_stops_with_one_clear_screen(monkeypatch):
+    from autotuner.cli import _gpu_preflight
+    from autotuner.config import ConfigError
+
+    monkeypatch.setenv("PATH", "/nonexistent")
+    with pytest.raises(ConfigError) as stopped:
+        _gpu_preflight(gpu_experiment("process"), None, None, None)
+    assert "GPU preflight (on this host) failed" in str(stopped.value)
+    assert "nvidia-smi sees no GPU" in str(stopped.value)
