@@ -190,10 +190,11 @@ def _worker_seed(exp, seed: int | None, worker: str | None) -> int | None:
 
 
 def _pool(exp, parallel: int, gpus: str | None):
-    from autotuner.node.pool import Leases, node_pool
+    from autotuner.node.host import gpu_topology
+    from autotuner.node.pool import Leases, node_pool, with_topology
 
     pool = node_pool(exp.config, parallel, gpus)
-    return Leases(pool) if pool else None
+    return Leases(with_topology(pool, gpu_topology() if pool.kind == "gpu" else None)) if pool else None
 
 
 def _ask(question: str, params: dict) -> bool | dict:
@@ -234,6 +235,8 @@ def _make_tuner(exp, tracking_uri: str | None, results: Path, pool=None, worker:
         if binary is None:
             raise ConfigError(hint)
     launcher = make_launcher(exp, progress=lambda line: typer.echo(line, err=True))
+    if cfg.hardware.gpus > 0 and worker is None:  # --parallel workers: their parent checked already
+        _gpu_preflight(exp, launcher, binary, pool)
     engine_version = None
     if cfg.launcher == "docker":  # the engine that runs is the image's, not a host binary
         engine_version = cast("DockerLauncher", launcher).engine_version(engine, {"autotuner.study": cfg.study_name})
@@ -245,12 +248,50 @@ def _make_tuner(exp, tracking_uri: str | None, results: Path, pool=None, worker:
                  progress=lambda total: Progress(total, cfg.objective.metric, worker=worker), advice=advice, ask=_ask)
 
 
+def _preflight_gpus(exp, pool) -> list[int]:
+    return list(pool.pool.units) if pool is not None else list(range(exp.config.hardware.gpus))
+
+
+def _gpu_preflight(exp, launcher, binary, pool) -> None:
+    """Before the first trial: CUDA, P2P and NUMA in the image (or on the host); a fault stops here (exit 2)."""
+    from autotuner.config import ConfigError
+    from autotuner.node import gpu_preflight as gp
+
+    cfg, gpus = exp.config, _preflight_gpus(exp, pool)
+    if cfg.launcher == "docker":
+        where = f"in image {cfg.docker.image}"
+        labels = {"autotuner.study": cfg.study_name, "autotuner.role": "preflight"}
+
+        def run(probe):
+            return gp.ProbeResult(probe, *launcher.run_once(list(probe.argv), gpus, labels))
+        python = "python3"
+    else:
+        where = "on this host"
+        python = gp.host_python(binary)
+
+        def run(probe):
+            return gp.run_on_host(probe, gpus, os.environ)
+    typer.echo(f"GPU preflight {where}, GPU(s) {','.join(map(str, gpus))} ...", err=True)
+    verdict = gp.check(run, cfg.hardware.gpus, python)
+    if verdict.problems:
+        raise ConfigError(gp.failure_text(verdict, where))
+    for fact in verdict.facts:
+        typer.echo(f"  {fact}", err=True)
+
+
 def _dry_run(exp, trials: int) -> None:
     from autotuner.core import preflight
     from autotuner.report.dryrun import dry_run
 
     engine = preflight.check(exp, need_model=False)
     binary = None if exp.config.launcher == "docker" else engine.planned_binary()
+    if exp.config.hardware.gpus > 0:  # what runs first, printed first
+        from autotuner.node.pool import node_pool
+        from autotuner.report.dryrun import preflight_plan
+
+        pool = node_pool(exp.config, 1, None)
+        preflight_plan(exp, list(pool.units) if pool else [], binary, typer.echo)
+        typer.echo("")
     dry_run(exp, engine, trials, typer.echo, binary=binary)
 
 

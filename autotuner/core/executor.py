@@ -24,6 +24,7 @@ from typing import Any
 import optuna
 
 from autotuner import quality
+from autotuner.bench.gpu_telemetry import GpuTelemetrySampler
 from autotuner.bench.metrics import GOODPUT, LevelResult, goodput, usage_note
 from autotuner.bench.runner import run_level
 from autotuner.bench.server_metrics import ServerMetricsSampler
@@ -105,6 +106,7 @@ class TrialExecutor:
         self.answers: quality.Answers | None = None
         self.score: quality.Score | None = None
         self.on_level: OnLevel = lambda step, metrics: None
+        self.gpu_telemetry = GpuTelemetrySampler((), enabled=False)
 
     def run(self, params: dict[str, Any], *, trial: optuna.Trial | None, trial_dir: Path, progress: Progress,
             timings: dict[str, float], label: str, on_level: OnLevel = lambda step, metrics: None,
@@ -211,9 +213,13 @@ class TrialExecutor:
             return TrialResult("COMPLETE")
         sampler = ServerMetricsSampler(handle.base_url, self.engine.name)
         sampler.start()
+        # NVML next to /metrics, for the power and communication diagnoses; none on a CPU experiment.
+        self.gpu_telemetry = GpuTelemetrySampler(handle.spec.gpu_ids, enabled=self.cfg.hardware.gpus > 0)
+        self.gpu_telemetry.start()
         try:
             return await self._measure_levels(handle, trial, progress, timings, workload, sampler)
         finally:
+            self.gpu_telemetry.stop()
             await sampler.stop()
             timings["server_metrics_cpu_s"] = sampler.poll_cpu_s
             self.records.add_samples(sampler)
@@ -259,6 +265,7 @@ class TrialExecutor:
             within = f" or {w.duration_s:g} s" if w.duration_s else ""
             progress.phase(f"measuring {level_text(level)}{of} ({w.num_prompts} requests{within})")
             sampler.mark()
+            self.gpu_telemetry.mark()
             timeout_s = self._timeout(level)
             result, records = await run_level(handle.base_url, model, level_workload(workload, step),
                                               timeout_s=timeout_s, duration_s=w.duration_s, **level)
@@ -267,7 +274,8 @@ class TrialExecutor:
             results.append(result)
             metrics = {**level, **result.metrics(), **spread_metrics(records), "request_timeout_s": timeout_s,
                        GOODPUT: goodput(records, result.duration_s, objective.slo),
-                       **summarize_samples(sampler.level_samples(step), self.engine.name)}
+                       **summarize_samples(sampler.level_samples(step), self.engine.name),
+                       **self.gpu_telemetry.level_metrics(step)}
             if note := usage_note(result):
                 progress.note(f"    warning at {level_text(level)}: {note}")
             self.records.level_metrics.append(metrics)

@@ -177,6 +177,29 @@ class DockerLauncher:
             return "unknown"
         return engine.parse_version(out.decode("utf-8", "replace"))
 
+    def run_once(self, argv: list[str], gpus: Gpus, labels: dict[str, str],
+                 timeout_s: float = 180.0) -> tuple[int, str]:
+        """Run `argv` in a short-lived container of the image with `gpus` (no network, no model): the exit
+        code and its output. A container the daemon cannot create (the NVIDIA runtime's own errors) is
+        exit code 125 with the daemon's message; a run past `timeout_s` is 124."""
+        if self._image is None:
+            self.prepare()
+        try:
+            container = self.client.containers.run(
+                self.settings.image, argv[1:], entrypoint=argv[:1], detach=True, init=True, network_mode="none",
+                device_requests=_device_requests(gpus), ipc_mode="host" if self.settings.ipc_host else None,
+                shm_size=self.settings.shm_size, labels={**labels, OWNER_LABEL: self.owner})
+        except DockerException as e:
+            return 125, _explain(e)
+        try:
+            try:
+                code = int(container.wait(timeout=timeout_s).get("StatusCode", 1))
+            except Exception:  # requests' ReadTimeout: the probe hangs
+                return 124, f"timed out after {timeout_s:.0f} s"
+            return code, container.logs(stdout=True, stderr=True).decode("utf-8", "replace")
+        finally:
+            self._remove(container)
+
     # --- the launcher contract ------------------------------------------------------------------------
 
     def context(self, host: LaunchContext) -> LaunchContext:

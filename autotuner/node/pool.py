@@ -1,7 +1,8 @@
 """The devices of one node, handed out to trials side by side: GPUs (a TP2 trial gets 2 of 8) or, on a
 CPU-only machine, CPU cores (each llama-server trial gets as many cores as its threads).
 
-`pack` is the pure part: which free units a trial of `need` units gets. `Leases` keeps who holds what in
+`pack` is the pure part: which free units a trial of `need` units gets (by the GPUs' real links when the
+pool knows them, `gpu_topology.best_group`; else by aligned ids). `Leases` keeps who holds what in
 a JSON file under a lock, shared by every autotuner process of this user on the node (the `--parallel`
 workers, and separate `autotuner run`s of other studies), so no unit is ever given twice; a lease whose
 holder died is taken back.
@@ -17,11 +18,12 @@ import tempfile
 import time
 import uuid
 from collections.abc import Callable, Iterator, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from autotuner.config import ConfigError, ExperimentConfig
 from autotuner.launchers._base import owner_alive, this_owner
+from autotuner.node.gpu_topology import Topology, best_group, parse_topo_matrix
 from autotuner.util import locks
 
 POLL_S = 0.5
@@ -41,6 +43,7 @@ class Pool:
 
     kind: str
     units: tuple[int, ...]
+    topology: Topology | None = field(default=None, compare=False)  # GPUs: `nvidia-smi topo -m`, parsed
 
     @classmethod
     def of_gpus(cls, gpus: int | Sequence[int]) -> Pool:
@@ -81,6 +84,12 @@ def node_pool(cfg: ExperimentConfig, parallel: int, gpus: str | None,
     return Pool.of_cpus() if parallel > 1 else None
 
 
+def with_topology(pool: Pool, topo_text: str | None) -> Pool:
+    """A GPU pool that packs by the links in `topo_text` (`nvidia-smi topo -m`); unchanged without one."""
+    topology = parse_topo_matrix(topo_text or "") if pool.kind == "gpu" else None
+    return replace(pool, topology=topology) if topology is not None else pool
+
+
 def _confined_gpus(cfg: ExperimentConfig, environ: Mapping[str, str]) -> list[int] | None:
     docker_gpus = cfg.docker.gpus if cfg.launcher == "docker" and cfg.docker is not None else None
     if isinstance(docker_gpus, list) and all(str(g).isdigit() for g in docker_gpus):
@@ -91,17 +100,24 @@ def _confined_gpus(cfg: ExperimentConfig, environ: Mapping[str, str]) -> list[in
     return None
 
 
-def pack(units: Sequence[int], busy: set[int], need: int) -> tuple[int, ...] | None:
+def pack(units: Sequence[int], busy: set[int], need: int,
+         topology: Topology | None = None) -> tuple[int, ...] | None:
     """The ids (of `units`) a trial needing `need` gets, or None when too few are free.
 
-    Neighbouring GPU ids usually share the fastest links (NVLink pairs, one PCIe switch), so a trial
-    gets a block aligned on the ids when one is free (a TP2 trial: 0-1, 2-3, ...; a TP4 trial: 0-3,
-    4-7), else a run of consecutive ids, else any free ids. Among equal choices the one in the smallest
-    free stretch wins (best fit), keeping big blocks whole for the big trials still to come.
+    With the GPUs' `topology` (covering every free id) the group with the best links wins
+    (`gpu_topology.best_group`). Without it, neighbouring GPU ids usually share the fastest links
+    (NVLink pairs, one PCIe switch), so a trial gets a block aligned on the ids when one is free (a TP2
+    trial: 0-1, 2-3, ...; a TP4 trial: 0-3, 4-7), else a run of consecutive ids, else any free ids.
+    Among equal choices the one in the smallest free stretch wins (best fit), keeping big blocks whole
+    for the big trials still to come.
     """
     free = set(units) - busy
     if need <= 0 or need > len(free):
         return None
+    if topology is not None and free <= set(topology.gpus):
+        group = best_group(topology, free, need)
+        if group is not None:
+            return group
 
     def whole(start: int, size: int) -> bool:
         return all(start + i in free for i in range(size))
@@ -175,7 +191,7 @@ class Leases:
                     # Only requests for some of the same units stand in line before this one.
                     ahead = sum(1 for w in queue[:mine] if set(w.get("pool", ())) & set(self.pool.units))
                     busy = {u for lease in state["leases"] for u in lease["units"]}
-                    units = None if ahead else pack(self.pool.units, busy, need)
+                    units = None if ahead else pack(self.pool.units, busy, need, self.pool.topology)
                     if units is not None:
                         queue.pop(mine)
                         state["leases"].append({"units": list(units), "owner": self.owner, "label": label,

@@ -27,6 +27,8 @@ from rich.table import Table
 from autotuner.core import record, winner
 from autotuner.core.study import verdict as study_verdict
 from autotuner.engines._base import Engine
+from autotuner.node.gpu_topology import describe as describe_topology
+from autotuner.node.gpu_topology import parse_topo_matrix
 from autotuner.report import diagnosis
 from autotuner.util.files import write_atomically
 
@@ -277,6 +279,14 @@ def next_steps(s: StudySummary) -> list[str]:
     elif s.study_limit == "queueing":
         steps.append("Admit more requests at once (more parallel slots / max-num-seqs): requests queue inside "
                      "the server in the top trials.")
+    elif s.study_limit == "power":
+        steps.append("The top trials are power-bound (at the GPUs' power limit, clocks held back): raise the "
+                     "power limit if the board allows it (nvidia-smi -pl), or do less work per token "
+                     "(quantized weights or KV cache); more concurrency only shares the same watts.")
+    elif s.study_limit == "communication":
+        steps.append("The top trials are communication-bound (PCIe busy, SMs waiting): try fewer GPUs per "
+                     "replica with more replicas (data parallel), pipeline instead of tensor parallel across "
+                     "PCIe, or the engine's all-reduce and NCCL settings.")
     elif s.study_limit == "compute":
         steps.append("The top trials are compute-bound: further gains come from less work per token "
                      "(quantized weights or KV cache, flash attention) or more compute (threads, GPUs), "
@@ -412,6 +422,15 @@ def _front_markdown(s: StudySummary, engine: Engine | None) -> list[str]:
     return out + [""]
 
 
+def _packing_text(topo_text: str | None) -> str:
+    """How the pool chose each trial's GPUs: by the links `nvidia-smi topo -m` showed (the same text the
+    pool parsed), else by aligned ids."""
+    topology = parse_topo_matrix(topo_text or "")
+    if topology is None:
+        return "by aligned GPU ids (no `nvidia-smi topo -m` matrix seen)"
+    return f"by topology: {describe_topology(topology)}"
+
+
 def _env_rows(s: StudySummary) -> list[tuple[str, str]]:
     e, st = s.environment, s.settings
     rows = []
@@ -424,6 +443,7 @@ def _env_rows(s: StudySummary) -> list[tuple[str, str]]:
         if host.get("gpu_count"):
             rows.append(("GPUs", f"{host['gpu_count']} × {host.get('gpu_names')}"))
             rows.append(("Driver / CUDA", f"{host.get('driver_version')} / {host.get('cuda_version')}"))
+            rows.append(("GPU packing", _packing_text(host.get("gpu_topology"))))
         else:
             rows.append(("GPUs", "none seen (nvidia-smi / NVML absent or no device)"))
         rows.append(("Host", f"{host.get('hostname')} ({host.get('os')})"))

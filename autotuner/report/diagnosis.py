@@ -1,7 +1,8 @@
 """What limits a configuration, where throughput stops growing, and what to try next (pure).
 
 Reads only metric dicts (one per load level, as the tuner stores them in a trial's `levels`, with the
-`server_*` summaries of the engine's /metrics) and plain trial data; never a server, never a file.
+`server_*` summaries of the engine's /metrics and the `gpu_*` summaries of `bench.gpu_telemetry`) and
+plain trial data; never a server, never a file.
 
 Which limit binds, at a trial's best level, in this order:
 
@@ -10,6 +11,13 @@ Which limit binds, at a trial's best level, in this order:
               does not);
 - `queueing`  requests waited inside the server (`requests_waiting` on average >= `QUEUED`) while the
               admitted ones ran: the server admits too few at once (slots, max-num-seqs);
+- `power`     (GPU telemetry) the GPUs drew at least `POWER_AT_LIMIT` of their power limit, and the
+              driver capped them (power-violation time) or their SM clock ran below `CLOCK_THROTTLED` of
+              its maximum: a higher power limit, or fewer watts per token, is what would help;
+- `communication` (GPU telemetry, two GPUs or more) PCIe ran at `PCIE_BUSY` or more of its link's
+              bandwidth while the SMs were busy less than `SM_BUSY` of the time: the GPUs wait on each
+              other (tensor-parallel all-reduce over PCIe, no NVLink): fewer GPUs per replica, other
+              layouts, or custom all-reduce settings are what to try;
 - `compute`   every request was admitted and the cache had room, yet that is the rate: the processor
               is the limit at this load;
 - `unknown`   fewer than `MIN_SAMPLES` samples of the engine's metrics (a level shorter than about
@@ -34,11 +42,15 @@ QUEUED = 0.5           # mean requests waiting in the server that counts as queu
 PLATEAU_GAIN = 0.05    # a next load level adding less than this counts as the plateau
 CONVERGED_GAIN = 0.01  # best-so-far improvements smaller than this count as none
 EDGE_GAIN = 0.05       # best at a param's range edge, this much above the next value: widen the range
+POWER_AT_LIMIT = 0.95  # mean draw over the power limit that counts as at the limit
+CLOCK_THROTTLED = 0.9  # mean SM clock over its maximum below which the clocks count as held back
+PCIE_BUSY = 0.5        # mean PCIe throughput (the busier direction) over the link's maximum that counts as busy
+SM_BUSY = 60.0         # mean SM utilisation (%) below which the GPUs count as waiting
 
 
 @dataclass(frozen=True)
 class Limit:
-    kind: str  # kv-cache, queueing, compute, unknown
+    kind: str  # kv-cache, queueing, power, communication, compute, unknown
     why: str
 
 
@@ -72,9 +84,32 @@ def binding_limit(level: Mapping[str, Any]) -> Limit:
                      "it admits too few requests at once")
     if not running_max:
         return Limit("unknown", "no sample saw a request running")
+    if gpu := gpu_limit(level):
+        return gpu
     ran = f" ({running:.1f} running on average)" if running is not None else ""
     kv = f", KV cache at most {kv_max:.0%} full" if kv_max is not None else ""
     return Limit("compute", f"every request was admitted{ran}{kv}: the processor is the limit at this load")
+
+
+def gpu_limit(level: Mapping[str, Any]) -> Limit | None:
+    """`power` or `communication` from a level's `gpu_*` telemetry (see the module docstring); None when
+    neither holds or fewer than MIN_SAMPLES seconds were sampled."""
+    if (_num(level, "gpu_samples") or 0.0) < MIN_SAMPLES:
+        return None
+    power = _num(level, "gpu_power_frac_mean")
+    capped = _num(level, "gpu_power_capped_pct_mean")
+    clock = _num(level, "gpu_sm_clock_frac_mean")
+    held_back = (capped or 0.0) > 0 or (clock is not None and clock < CLOCK_THROTTLED)
+    if power is not None and power >= POWER_AT_LIMIT and held_back:
+        held = f"power-capped {capped:.0f}% of the time" if capped else f"SM clock at {clock:.0%} of its maximum"
+        return Limit("power", f"the GPUs drew {power:.0%} of their power limit, {held}: power is the limit")
+    pcie = _num(level, "gpu_pcie_frac_mean")
+    sm = _num(level, "gpu_sm_util_mean")
+    if (_num(level, "gpu_count") or 0.0) >= 2 and pcie is not None and pcie >= PCIE_BUSY and sm is not None \
+            and sm < SM_BUSY:
+        return Limit("communication", f"PCIe at {pcie:.0%} of its link while the SMs were busy {sm:.0f}% of the "
+                     "time: the GPUs wait on each other")
+    return None
 
 
 def _load(level: Mapping[str, Any]) -> float:

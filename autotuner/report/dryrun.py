@@ -88,3 +88,27 @@ def dry_run(exp: Experiment, engine: Engine, n: int, echo: Callable[[str], None]
 def _show(value: object) -> str:
     return shlex.quote(value) if isinstance(value, str) else value_text(value)
 
+
+
+def preflight_plan(exp: Experiment, gpus: list[int], binary: str | None, echo: Callable[[str], None]) -> None:
+    """The GPU preflight's commands as a real run would start them: in a container of the image (GPUs
+    as the trials get them, no network), or on the host confined to the GPUs."""
+    from autotuner.node.gpu_preflight import host_python, plan_lines, probes
+
+    cfg = exp.config
+    ids = ",".join(map(str, gpus))
+    if cfg.launcher == "docker" and cfg.docker is not None:
+        image = cfg.docker.image
+
+        def render(argv: tuple[str, ...]) -> str:
+            return shlex.join(["docker", "run", "--rm", "--init", "--network", "none", "--gpus", f'"device={ids}"',
+                               "--entrypoint", argv[0], image, *argv[1:]])
+        where = f"in image {image}"
+        argvs = {p.name: p.argv for p in probes("python3")}
+    else:
+        def render(argv: tuple[str, ...]) -> str:
+            return f"CUDA_VISIBLE_DEVICES={ids} {shlex.join(argv)}"
+        where = "on this host"
+        argvs = {p.name: p.argv for p in probes(host_python(binary))}
+    for line in plan_lines(where, lambda probe: render(argvs[probe.name])):
+        echo(line)

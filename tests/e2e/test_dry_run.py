@@ -4,6 +4,7 @@ and the rule each infeasible sample breaks, with nothing started or written."""
 from __future__ import annotations
 
 import shlex
+import subprocess
 
 from tests.e2e.test_cli import REPO, autotuner
 
@@ -14,7 +15,7 @@ def test_glm5_dry_run_prints_pasteable_docker_lines_and_broken_rules(tmp_path):
     out = autotuner("run", "--experiment", str(GLM5), "--dry-run", "--trials", "12", cwd=tmp_path)
     assert out.returncode == 0, out.stderr
     lines = out.stdout.splitlines()
-    runs = [line for line in lines if line.startswith("docker run ")]
+    runs = [line for line in lines if line.startswith("docker run ") and " serve " in line]
     assert len(runs) >= 3
     first = shlex.split(runs[0])  # the enqueued TP8 + expert-parallel config
     assert first[first.index("--gpus") + 1] == "8" and first[first.index("--ipc") + 1] == "host"
@@ -61,6 +62,36 @@ def test_h100_dry_run_mounts_a_dotted_model_folder_itself(tmp_path):
     out = autotuner("run", "--experiment", str(REPO / "experiments" / "vllm-h100-8b.yaml"), "--dry-run", "--trials", "2",
                     cwd=tmp_path)
     assert out.returncode == 0, out.stderr
-    first = shlex.split(next(line for line in out.stdout.splitlines() if line.startswith("docker run ")))
+    first = shlex.split(next(line for line in out.stdout.splitlines()
+                             if line.startswith("docker run ") and " serve " in line))
     assert first[first.index("-v") + 1] == "/models/Llama-3.1-8B-Instruct:/models/Llama-3.1-8B-Instruct:ro"
     assert first[first.index("--gpus") + 1] == "1"
+
+
+def test_a_gpu_dry_run_prints_the_gpu_preflight_first_and_a_cpu_one_none(tmp_path):
+    out = autotuner("run", "--experiment", str(REPO / "experiments" / "vllm-h100-8b.yaml"), "--dry-run", "--trials", "1",
+                    cwd=tmp_path)
+    assert out.returncode == 0, out.stderr
+    lines = out.stdout.splitlines()
+    assert lines[0] == "# GPU preflight before the first trial (in image vllm/vllm-openai:v0.32.0):"
+    probes = [shlex.split(line) for line in lines[:lines.index(next(x for x in lines if x.startswith("# dry run")))]
+              if line.startswith("docker run ") and "python3" not in line]
+    assert [p[p.index("--entrypoint") + 1:p.index("--entrypoint") + 5][:4] for p in probes][1:3] == [
+        ["nvidia-smi", "vllm/vllm-openai:v0.32.0", "topo", "-m"],
+        ["nvidia-smi", "vllm/vllm-openai:v0.32.0", "topo", "-p2p"]]
+    assert all(p[p.index("--gpus") + 1] == '"device=0"' and "--network" in p for p in probes)
+    assert "import torch" in out.stdout and "can_device_access_peer" in out.stdout
+    cpu = autotuner("run", "--experiment", str(REPO / "experiments" / "vllm-cpu.yaml"), "--dry-run", "--trials", "1",
+                    cwd=tmp_path)
+    assert cpu.returncode == 0 and "GPU preflight" not in cpu.stdout
+
+
+def test_the_gpu_check_script_parses_and_its_experiment_dry_runs(tmp_path):
+    script = REPO / "scripts" / "gpu-check.sh"
+    assert subprocess.run(["bash", "-n", str(script)], capture_output=True).returncode == 0
+    out = autotuner("run", "--experiment", str(REPO / "experiments" / "vllm-gpu-check.yaml"), "--dry-run",
+                    "--trials", "3", cwd=tmp_path)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.startswith("# GPU preflight before the first trial (in image vllm/vllm-openai:")
+    assert out.stdout.rstrip().endswith("# 3 launchable, 0 infeasible (an infeasible config costs no launch)")
+    assert list(tmp_path.iterdir()) == []
