@@ -36,6 +36,7 @@ class LaunchSpec:
     # out of command_line(): a deployment has the node to itself.
     gpu_ids: tuple[int, ...] = ()
     cpu_ids: tuple[int, ...] = ()
+    workdir: str | None = None  # the folder it runs in (None: the launcher's); a tool writing where it runs
 
     def command_line(self) -> str:
         env = [f"{k}={shlex.quote(v)}" for k, v in sorted(self.env.items())]
