@@ -25,7 +25,7 @@ HEAD_BYTES = 8 * 1024 * 1024  # the start-up part of a server log, where the lin
 TAG = "autotuner.moe_config"  # the launch tag the executor records
 
 _LOADED = re.compile(r"Using configuration from (\S+) for MoE layer\."  # vLLM
-                     r"|[Uu]se MoE kernel config from (\S+?)\.?(?:\s|$)")  # SGLang
+                     r"|(?:Using|use) MoE kernel config from (\S+?)\.?(?:\s|$)")  # SGLang
 _DEFAULT = re.compile(r"Using default MoE (?:kernel )?config\. Performance might be sub-optimal!")
 _BUILTIN = re.compile(r"/(?:vllm|sglang)/.*/configs/")  # the engine's own configs folder
 
