@@ -108,6 +108,12 @@ def run(
         # No terminal, or --parallel workers (they run unattended): nobody to ask, proposals are taken.
         if advice == "ask" and (worker is not None or parallel > 1 or not sys.stdin.isatty()):
             advice = "auto"
+        if exp.config.kernels is not None:  # once, before the first trial; --parallel workers find it done
+            from autotuner.core import preflight
+            from autotuner.stages import kernel_stage
+
+            exp, _ = kernel_stage.prepare(exp, preflight.check(exp), lambda line: typer.echo(line, err=True),
+                                          run_jobs=worker is None)
         tuner = _make_tuner(exp, tracking_uri, results, pool=_pool(exp, parallel, gpus), worker=worker, advice=advice)
     except ConfigError as e:
         _fail(str(e))
@@ -282,6 +288,7 @@ def _gpu_preflight(exp, launcher, binary, pool) -> None:
 def _dry_run(exp, trials: int) -> None:
     from autotuner.core import preflight
     from autotuner.report.dryrun import dry_run
+    from autotuner.stages import kernel_stage, kernels
 
     engine = preflight.check(exp, need_model=False)
     binary = None if exp.config.launcher == "docker" else engine.planned_binary()
@@ -292,7 +299,40 @@ def _dry_run(exp, trials: int) -> None:
         pool = node_pool(exp.config, 1, None)
         preflight_plan(exp, list(pool.units) if pool else [], binary, typer.echo)
         typer.echo("")
+    if exp.config.kernels is not None:  # the stage runs before the first trial
+        kernel_stage.describe(exp, engine, typer.echo)
+        typer.echo("")
+        exp = kernels.with_cache_mount(exp)
     dry_run(exp, engine, trials, typer.echo, binary=binary)
+
+
+@app.command("kernels")
+def kernels_command(
+    experiment: Path = typer.Option(..., "--experiment", "-e", help="Experiment file (YAML)."),
+    dry_run: bool = typer.Option(False, "--dry-run", help="Print the tuning jobs' commands (docker run lines for "
+                                 "launcher docker); start nothing, write nothing."),
+) -> None:
+    """Tune the engine's fused-MoE kernels for every MoE shard the experiment's search space can launch,
+    once per engine version and GPU (what a `kernels:` section runs before the first trial)."""
+    from autotuner.config import ConfigError, KernelsConfig, load_experiment
+    from autotuner.core import preflight
+    from autotuner.stages import kernel_stage
+
+    try:
+        exp = load_experiment(experiment)
+        if exp.config.kernels is None:  # the command needs no section: its defaults
+            exp = exp.model_copy(update={"config": exp.config.model_copy(update={"kernels": KernelsConfig()})})
+        engine = preflight.check(exp, need_model=not dry_run)
+        if dry_run:
+            kernel_stage.describe(exp, engine, typer.echo)
+            return
+        _, result = kernel_stage.prepare(exp, engine, typer.echo)
+    except ConfigError as e:
+        _fail(str(e))
+        return
+    typer.echo(f"kernels: {len(result.tuned)} tuned, {len(result.cached)} reused, {len(result.failed)} failed")
+    if result.failed:
+        raise typer.Exit(1)
 
 
 @app.command()

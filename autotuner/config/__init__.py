@@ -418,6 +418,24 @@ class DockerConfig(_Strict):
     stop_timeout_s: int = Field(10, ge=0, description="Grace between SIGTERM and SIGKILL on stop.")
 
 
+class KernelsConfig(_Strict):
+    """The kernel stage (autotuner/stages/): before the first trial, the engine's own fused-MoE tuner runs
+    once, in the engine's image, for each MoE shard the search space can launch; every trial of that shard
+    then reads the tuned configs. `autotuner kernels` runs the stage alone."""
+
+    gpu: str | None = Field(None, min_length=1, description="GPU model, part of the cache key (default: the name "
+                            "nvidia-smi gives GPU 0; 'unknown-gpu' where there is none).")
+    engine_version: str | None = Field(None, min_length=1, description="Engine version, part of the cache key "
+                                       "(default: the docker image's tag, else the installed engine's version).")
+    cache_dir: Path | None = Field(None, description="Where tuned configs are kept, relative to the experiment file "
+                                   "(default: <user cache>/kernels).")
+    script: str | None = Field(None, min_length=1, description="The engine's tuner script as the engine sees it "
+                               "(default: where the engine's image keeps it).")
+    batch_sizes: list[Annotated[int, Field(gt=0)]] | None = Field(
+        None, min_length=1, description="Token counts to tune for (default: the tuner's own list).")
+    timeout_s: float = Field(4 * 3600.0, gt=0, description="Longest run of one tuning job.")
+
+
 class ExperimentConfig(_Strict):
     name: str = Field(min_length=1, pattern=r"^[A-Za-z0-9][A-Za-z0-9._-]*$")
     engine: str
@@ -452,6 +470,9 @@ class ExperimentConfig(_Strict):
     enqueue: list[dict[str, Choice]] = Field(
         default_factory=list, description="Configs to try first (after the baseline), by param name."
     )
+    kernels: KernelsConfig | None = Field(
+        None, description="Tune the engine's fused-MoE kernels before the first trial (autotuner kernels); "
+                          "{} for the defaults.")
     advisors: list[AdvisorEntry] = Field(
         default_factory=lambda: list[AdvisorEntry](ADVISORS),
         description="Who proposes configs before the sampler, in this order (autotuner/advisors/): the confirmed "

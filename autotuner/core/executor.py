@@ -42,6 +42,7 @@ from autotuner.engines._base import Engine, LaunchContext, LaunchSpec
 from autotuner.engines.model_facts import feasibility_context
 from autotuner.launchers._base import Handle, Launcher, LaunchError, free_port
 from autotuner.node.pool import Leases, PoolTooSmall
+from autotuner.stages import moe_log
 from autotuner.util.interrupts import StopRequests
 
 LOG_TAIL_LINES = 30
@@ -162,6 +163,7 @@ class TrialExecutor:
                     self.pool.release(units)
         if handle is not None:  # what identifies the launch: image, container, the docker run line
             result.launch_tags, result.launch_artifacts = dict(handle.tags), dict(handle.artifacts)
+            result.launch_tags.update(moe_log.tags_from_file(handle.log_path))  # the MoE kernel config it loaded
         result.command, result.records = command, self.records
         result.answers, result.quality = self.answers, self.score
         return result

@@ -8,7 +8,8 @@ winner's command carries the study's GPUs (vLLM's CPU build only where `hardware
 environment, image and model path exactly as its trials were launched.
 
 `planned` is a launch written down without a launcher: the engine's command line for a process study,
-the `docker run` line the Docker launcher would run for a docker study. `docker_argv` renders any study
+the `docker run` line the Docker launcher would run for a docker study. With a `kernels:` section every
+launch also gets the environment that points it at its MoE shard's tuned kernel configs. `docker_argv` renders any study
 as a container (a process study in the engine's image).
 
 Pure: reads the experiment, never starts anything.
@@ -24,6 +25,7 @@ from typing import Any
 from autotuner.config import DockerConfig, Experiment
 from autotuner.engines._base import Engine, LaunchContext, LaunchSpec
 from autotuner.launchers.docker_command import Gpus, container_context, docker_run_argv, mounts
+from autotuner.stages import kernels
 
 EXPORT_PORT = 8080  # the winner's command listens here, not on the tuner's throw-away port
 
@@ -43,7 +45,9 @@ def launch_spec(exp: Experiment, engine: Engine, params: Mapping[str, Any], *, p
     """The engine's launch of `params`, as the server sees it through `view` (a launcher's `context`), with
     the experiment's environment (over the engine's) and `secrets` (name -> value)."""
     spec = engine.build(params, view(launch_context(exp, port=port, binary=binary)))
-    return replace(spec, env={**spec.env, **exp.config.env}, secret_env={**spec.secret_env, **(secrets or {})})
+    # The kernel stage's tuned configs for this config's MoE shard; a folder the params name wins.
+    tuned = kernels.trial_env(exp, engine, params)
+    return replace(spec, env={**tuned, **spec.env, **exp.config.env}, secret_env={**spec.secret_env, **(secrets or {})})
 
 
 def planned_gpus(exp: Experiment, engine: Engine, params: Mapping[str, Any], settings: DockerConfig) -> Gpus:

@@ -40,6 +40,7 @@ class LaunchSpec:
     # each variable the engine reads -> its subfolder there. Left out of command_line(): a tuner's cache.
     cache_dir: str | None = None
     cache_env: dict[str, str] = field(default_factory=dict)
+    workdir: str | None = None  # the folder it runs in (None: the launcher's); a tool writing where it runs
 
     def cache_environment(self, root: str) -> dict[str, str]:
         """The cache variables with the cache folder at `root` (the host's, or where a container mounts it)."""

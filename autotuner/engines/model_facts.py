@@ -54,3 +54,32 @@ def feasibility_context(exp: Any) -> dict[str, Any]:
     cfg = exp.config
     return {"input_len": cfg.workload.input_len, "output_len": cfg.workload.output_len, "gpus": cfg.hardware.gpus,
             "engine_args": tuple(cfg.engine_args), **read_model_facts(exp.model_path)}
+
+
+def read_quantization(model_path: Path) -> dict[str, str]:
+    """How the checkpoint is quantized, as config.json's `quantization_config` (or ModelOpt's older
+    hf_quant_config.json) states it: `method` (quant_method, e.g. fp8, modelopt, compressed-tensors,
+    mxfp4) and `algo` (ModelOpt's quant_algo, e.g. NVFP4, or compressed-tensors' format, e.g.
+    nvfp4-pack-quantized), upper-cased. {} for an unquantized or unknown checkpoint."""
+    for name, section in (("config.json", "quantization_config"), ("hf_quant_config.json", "quantization")):
+        try:
+            config: Any = json.loads((model_path / name).read_text())
+        except (OSError, ValueError):
+            continue
+        quant = config.get(section) if isinstance(config, dict) else None
+        if not isinstance(quant, dict):
+            continue
+        method = str(quant.get("quant_method") or ("modelopt" if name == "hf_quant_config.json" else ""))
+        algo = quant.get("quant_algo") or quant.get("format") or _group_format(quant)
+        return {"method": method.lower(), **({"algo": str(algo).upper()} if algo else {})}
+    return {}
+
+
+def _group_format(quant: dict[str, Any]) -> str | None:
+    # compressed-tensors may name the format per group only (config_groups.group_0.format).
+    groups = quant.get("config_groups")
+    if isinstance(groups, dict):
+        formats = {g.get("format") for g in groups.values() if isinstance(g, dict) and g.get("format")}
+        if len(formats) == 1:
+            return str(formats.pop())
+    return None

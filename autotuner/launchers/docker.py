@@ -240,6 +240,7 @@ class DockerLauncher:
                 entrypoint=spec.argv[:1],
                 command=spec.argv[1:],
                 environment=env,
+                working_dir=spec.workdir,
                 labels={**labels, OWNER_LABEL: self.owner},
                 ports=None if self.settings.network_host else [port],
                 host_config=host_config,

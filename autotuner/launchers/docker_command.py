@@ -103,6 +103,8 @@ def docker_run_argv(settings: DockerConfig, mounted: Sequence[Mount], spec: Laun
         argv += ["-v", f"{source}:{target}" + (":ro" if read_only else "")]
     for name, env_value in sorted(environment(spec, settings).items()):
         argv += ["-e", name if env_value is None else f"{name}={env_value}"]
+    if spec.workdir:
+        argv += ["-w", spec.workdir]
     return argv + ["--stop-timeout", str(settings.stop_timeout_s), "--entrypoint", spec.argv[0],
                    image or settings.image, *spec.argv[1:]]
 

@@ -72,7 +72,7 @@ class ProcessLauncher:
                 spec.argv, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
                 env={**os.environ, **spec.log_env, **spec.cache_environment(spec.cache_dir or ""), **spec.env,
                      **_pool_env(spec), **spec.secret_env},
-                start_new_session=True, preexec_fn=_child_setup(spec.cpu_ids),
+                start_new_session=True, preexec_fn=_child_setup(spec.cpu_ids), cwd=spec.workdir,
             )
         self.state_dir.mkdir(parents=True, exist_ok=True)
         pidfile = self.state_dir / f"{proc.pid}.json"

@@ -95,3 +95,27 @@ def test_the_gpu_check_script_parses_and_its_experiment_dry_runs(tmp_path):
     assert out.stdout.startswith("# GPU preflight before the first trial (in image vllm/vllm-openai:")
     assert out.stdout.rstrip().endswith("# 3 launchable, 0 infeasible (an infeasible config costs no launch)")
     assert list(tmp_path.iterdir()) == []
+
+
+def test_the_kernel_stage_dry_run_prints_its_tuners_then_trials_that_read_their_results(tmp_path):
+    (tmp_path / "exp.yaml").write_text(GLM5.read_text().replace("../search_spaces/", f"{REPO}/search_spaces/")
+                                       + "kernels: {gpu: NVIDIA RTX PRO 6000, cache_dir: kc}\n")
+    alone = autotuner("kernels", "--experiment", "exp.yaml", "--dry-run", cwd=tmp_path)
+    assert alone.returncode == 0, alone.stderr
+    tuners = [shlex.split(line) for line in alone.stdout.splitlines() if line.startswith("docker run ")]
+    assert len(tuners) == 6  # TP8, TP4xPP2, TP2xPP4 x expert parallel on/off
+    first = tuners[0]
+    assert first[first.index("--entrypoint") + 1:first.index("--entrypoint") + 4] == [
+        "python3", "vllm/vllm-openai:v0.32.0", "/vllm-workspace/benchmarks/kernels/benchmark_moe.py"]
+    assert f"{tmp_path / 'kc'}:/autotuner-kernels" in first  # writable: the tuner writes there
+    assert first[first.index("--model"):] == [
+        "--model", "/models/GLM-5-NVFP4", "--tp-size", "2", "--dtype", "auto",
+        "--save-dir", "/autotuner-kernels/vllm-0.32.0/NVIDIA_RTX_PRO_6000/tp2-ep1-auto", "--tune"]
+    run = autotuner("run", "--experiment", "exp.yaml", "--dry-run", "--trials", "3", cwd=tmp_path)
+    assert run.returncode == 0, run.stderr
+    stage = run.stdout.index("# kernel stage: 6 fused-MoE tuning job(s) for vllm 0.32.0 on NVIDIA RTX PRO 6000")
+    assert run.stdout.index("# GPU preflight") < stage < run.stdout.index("# dry run")  # in the order they run
+    trial = shlex.split([line for line in run.stdout.splitlines() if "vllm serve" in line or " serve " in line][0])
+    assert f"{tmp_path / 'kc'}:/autotuner-kernels:ro" in trial
+    assert "VLLM_TUNED_CONFIG_FOLDER=/autotuner-kernels/vllm-0.32.0/NVIDIA_RTX_PRO_6000/tp8-ep8-auto" in trial
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["exp.yaml"]  # no cache folder, no study

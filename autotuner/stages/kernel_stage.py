@@ -1,0 +1,190 @@
+"""The kernel stage, run: each tuning job of `kernels.plan` once, inside the engine's image (or as a
+process), through the same launcher the trials use; then every trial of that MoE shard reads the results.
+
+Idempotent and resumable: a job's folder gets `done.json` only once its tuner wrote configs, and a job
+with one is never run again (another study, a rerun after Ctrl-C). A job that fails or times out is
+said, with its log's last lines, and the study goes on with the engine's default configs (the trials'
+`autotuner.moe_config` tag shows which they loaded). Never runs the real tuner in a dry run: `describe`
+prints the commands only.
+"""
+
+from __future__ import annotations
+
+import json
+import shlex
+import subprocess
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from autotuner.config import Experiment, KernelsConfig
+from autotuner.core.launch import launch_context
+from autotuner.engines._base import Engine
+from autotuner.launchers._base import Launcher, tail
+from autotuner.launchers.docker_command import container_context, docker_run_argv, mounts
+from autotuner.stages import kernels
+from autotuner.util.files import write_atomically
+
+POLL_S = 5.0
+LOG_LINES = 20
+
+
+@dataclass
+class StageResult:
+    tuned: list[kernels.TuningJob] = field(default_factory=list)
+    cached: list[kernels.TuningJob] = field(default_factory=list)
+    failed: list[tuple[kernels.TuningJob, str]] = field(default_factory=list)
+
+
+def prepare(exp: Experiment, engine: Engine, echo: Callable[[str], None], *,
+            run_jobs: bool = True) -> tuple[Experiment, StageResult]:
+    """Before a study: resolve the cache key, run the jobs (unless `run_jobs` is False: a --parallel
+    worker, whose parent ran them), and return the experiment its trials run (the key filled in; in a
+    container the kernel cache mounted read-only)."""
+    from autotuner.launchers import make_launcher
+
+    exp = resolve(exp, engine_version=probe_version(exp, engine))
+    kernels.cache_root(exp).mkdir(parents=True, exist_ok=True)  # a docker volume's host folder must exist
+    result = StageResult()
+    if run_jobs:
+        result = run(exp, engine, make_launcher(kernels.with_cache_mount(exp, writable=True), progress=echo), echo)
+    return kernels.with_cache_mount(exp), result
+
+
+def probe_version(exp: Experiment, engine: Engine) -> str | None:
+    """The engine version the trials will run: the image tag's, else the engine's own answer (a short
+    container of the image, or the local binary); None when it does not say."""
+    k = exp.config.kernels
+    if k is not None and k.engine_version:
+        return k.engine_version
+    if version := kernels.version_from_image(_image(exp)):
+        return version
+    if exp.config.launcher == "docker":
+        from autotuner.launchers import make_launcher
+
+        launcher = make_launcher(exp)
+        return launcher.engine_version(engine, {"autotuner.study": exp.config.study_name})  # type: ignore[attr-defined]
+    binary = engine.find_binary()[0]
+    if binary is None:
+        return None
+    try:
+        out = subprocess.run(engine.version_argv(binary), capture_output=True, text=True, timeout=120).stdout
+    except (OSError, subprocess.SubprocessError):
+        return None
+    return engine.parse_version(out)
+
+
+def resolve(exp: Experiment, *, engine_version: str | None = None) -> Experiment:
+    """`exp` with its kernel cache key filled in: the GPU as nvidia-smi names GPU 0 and `engine_version`
+    (the image's or binary's, as the tuner probed it), where the kernels section leaves them unset."""
+    k = exp.config.kernels or KernelsConfig()
+    update = {"gpu": k.gpu or gpu_name() or "unknown-gpu", "engine_version": k.engine_version or engine_version}
+    config = exp.config.model_copy(update={"kernels": k.model_copy(update=update)})
+    return exp.model_copy(update={"config": config})
+
+
+def gpu_name() -> str | None:
+    """GPU 0's name, as nvidia-smi gives it; None without nvidia-smi or a GPU."""
+    try:
+        out = subprocess.run(["nvidia-smi", "--query-gpu=name", "--format=csv,noheader", "-i", "0"],
+                             capture_output=True, text=True, timeout=30, check=True).stdout.strip()
+    except (OSError, subprocess.SubprocessError):
+        return None
+    return out.splitlines()[0].strip() if out else None
+
+
+def describe(exp: Experiment, engine: Engine, echo: Callable[[str], None]) -> kernels.Plan:
+    """The stage's plan as comment lines, then each job's command as the launcher would run it."""
+    plan = kernels.plan(exp, engine)
+    version, gpu = kernels.cache_key(exp)
+    echo(f"# kernel stage: {len(plan.jobs)} fused-MoE tuning job(s) for {engine.name} {version} on {gpu}, "
+         f"cached under {kernels.cache_root(exp)}")
+    if not (exp.model_path / "config.json").is_file():
+        echo(f"# no config.json at {exp.model_path}: the model's experts and quantization are unknown here; "
+             "the jobs assume an unquantized MoE model")
+    for line in plan.uncovered:
+        echo(f"# not tuned: {line}")
+    for job in plan.jobs:
+        echo(f"# {job.key}: {job.describe()}")
+        echo(planned_command(exp, engine, job))
+    return plan
+
+
+def planned_command(exp: Experiment, engine: Engine, job: kernels.TuningJob) -> str:
+    """A job's tuner as the stage would start it: `docker run` in the experiment's image, or the argv."""
+    docker = exp.config.docker if exp.config.launcher == "docker" else None
+    host = launch_context(exp, port=0, binary=None)
+    if docker is None:
+        return kernels.job_spec(exp, engine, job, host, python=_python(engine)).command_line()
+    writable = kernels.with_cache_mount(exp, writable=True).config.docker
+    assert writable is not None  # a docker experiment keeps its section
+    mounted = mounts(writable, exp.model_path, exp.source.parent)
+    spec = kernels.job_spec(exp, engine, job, container_context(writable, mounted, host), python="python3")
+    return shlex.join(docker_run_argv(writable, mounted, spec, gpus=writable.gpus, host_port=None))
+
+
+def run(exp: Experiment, engine: Engine, launcher: Launcher, echo: Callable[[str], None]) -> StageResult:
+    """Run every job of the plan that has no results yet, one at a time, through `launcher` (for docker:
+    one that mounts the kernel cache writable, `kernels.with_cache_mount(exp, writable=True)`)."""
+    plan = _plan(exp, engine, echo)
+    result = StageResult()
+    root = kernels.cache_root(exp)
+    docker = exp.config.launcher == "docker"
+    for job in plan.jobs:
+        folder = root / str(job.key)
+        if (folder / kernels.DONE_FILE).is_file():
+            result.cached.append(job)
+            echo(f"kernels: {job.key}: tuned before, reused")
+            continue
+        folder.mkdir(parents=True, exist_ok=True)
+        ctx = launcher.context(launch_context(exp, port=0, binary=None))
+        spec = kernels.job_spec(exp, engine, job, ctx, python="python3" if docker else _python(engine))
+        echo(f"kernels: {job.key}: tuning ({job.describe()}); log {folder / 'tuner.log'}")
+        why = _run_one(launcher, spec, folder, exp, job)
+        if why:
+            result.failed.append((job, why))
+            echo(f"kernels: {job.key}: failed: {why}; its trials use the engine's default configs")
+            continue
+        files = sorted(p.name for p in folder.glob("*.json") if p.name != kernels.DONE_FILE)
+        write_atomically(folder / kernels.DONE_FILE, json.dumps(
+            {"job": job.describe(), "command": spec.command_line(), "files": files}, indent=1) + "\n")
+        result.tuned.append(job)
+        echo(f"kernels: {job.key}: wrote {', '.join(files)}")
+    return result
+
+
+def _plan(exp: Experiment, engine: Engine, echo: Callable[[str], None]) -> kernels.Plan:
+    plan = kernels.plan(exp, engine)
+    for line in plan.uncovered:
+        echo(f"kernels: not tuned: {line}")
+    return plan
+
+
+def _run_one(launcher: Launcher, spec, folder: Path, exp: Experiment, job: kernels.TuningJob) -> str | None:
+    """Start one tuner, wait for it to end; why it failed, or None once it wrote configs."""
+    k = exp.config.kernels or KernelsConfig()
+    labels = {"autotuner.study": exp.config.study_name, "autotuner.trial": f"kernels-{kernels.slug(str(job.key))}"}
+    log = folder / "tuner.log"
+    handle = launcher.start(spec, log, labels)
+    try:
+        deadline = time.monotonic() + k.timeout_s
+        while launcher.is_running(handle):
+            if time.monotonic() > deadline:
+                return f"still running after {k.timeout_s:g} s (kernels.timeout_s)"
+            time.sleep(POLL_S)
+    finally:
+        launcher.stop(handle)
+    if not any(p.name != kernels.DONE_FILE for p in folder.glob("*.json")):
+        last = tail(log, LOG_LINES).strip().splitlines()
+        return f"the tuner wrote no config ({last[-1] if last else 'no output'})"
+    return None
+
+
+def _image(exp: Experiment) -> str:
+    return exp.config.docker.image if exp.config.launcher == "docker" and exp.config.docker else ""
+
+
+def _python(engine: Engine) -> str:
+    binary = engine.planned_binary() or ""
+    return binary if binary.rsplit("/", 1)[-1].startswith("python") else "python3"
