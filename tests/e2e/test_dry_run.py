@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import shlex
 
+import pytest
+
 from tests.e2e.test_cli import REPO, autotuner
 
 GLM5 = REPO / "experiments" / "glm5-nvfp4-8x-rtx-pro-6000.yaml"
@@ -64,3 +66,26 @@ def test_h100_dry_run_mounts_a_dotted_model_folder_itself(tmp_path):
     first = shlex.split(next(line for line in out.stdout.splitlines() if line.startswith("docker run ")))
     assert first[first.index("-v") + 1] == "/models/Llama-3.1-8B-Instruct:/models/Llama-3.1-8B-Instruct:ro"
     assert first[first.index("--gpus") + 1] == "1"
+
+
+@pytest.mark.parametrize("experiment", sorted(p.name for p in (REPO / "experiments").glob("*.yaml")))
+def test_every_shipped_experiment_dry_runs(tmp_path, experiment):
+    """`autotuner run --experiment F --dry-run` works for every file in experiments/, on a machine without
+    the model or a GPU, and writes nothing."""
+    out = autotuner("run", "--experiment", str(REPO / "experiments" / experiment), "--dry-run", "--trials", "4",
+                    cwd=tmp_path)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.splitlines()[-1].startswith("# ") and "launchable" in out.stdout.splitlines()[-1]
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_glm5_sglang_dry_run_serves_metrics_and_sets_nccl_only_through_its_variables(tmp_path):
+    out = autotuner("run", "--experiment", str(REPO / "experiments" / "glm5-nvfp4-8x-rtx-pro-6000-sglang.yaml"),
+                    "--dry-run", "--trials", "6", cwd=tmp_path)
+    assert out.returncode == 0, out.stderr
+    runs = [shlex.split(line) for line in out.stdout.splitlines() if line.startswith("docker run ")]
+    assert runs and all("--enable-metrics" in run for run in runs)
+    for run in runs:
+        env = [run[i + 1] for i, arg in enumerate(run) if arg == "-e"]
+        assert any(e.startswith("NCCL_P2P_LEVEL=") for e in env) and any(e.startswith("NCCL_PROTO=") for e in env)
+        assert not any(arg.startswith("NCCL_") for arg in run[run.index("--entrypoint"):])  # never a flag
