@@ -460,7 +460,7 @@ def report(
     summary.plots = sorted(str(p) for p in (folder / "plots").glob("*") if p.suffix in (".html", ".png"))
     summary.best_files = sorted(str(p) for p in folder.glob("best*") if p.is_file())
     try:
-        engine = get_engine(exp.config.engine)
+        engine = get_engine(exp.config.engine, exp.space.env_params)
     except EngineError:
         engine = None
     command = None
@@ -507,7 +507,7 @@ def best(
     if summary.best is None:
         _fail(f"study '{optuna_study.study_name}' has no complete trial yet: nothing to export")
     try:
-        engine = get_engine(exp.config.engine)
+        engine = get_engine(exp.config.engine, exp.space.env_params)
     except EngineError as e:
         _fail(str(e))
         return

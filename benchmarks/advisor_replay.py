@@ -1,9 +1,10 @@
 """Trials until the tuner is within noise of a landscape's best: the real study driver, advisors and baseline
 included, replayed on measured llama-server landscapes.
 
-The driver runs for real (ask, the advisors, re-proposals, tell, stop, records, MLflow); only the trial
-executor is replaced by a lookup: a config's launch returns what `benchmarks/measure_landscape.py`
-measured for it (its level metrics, or its failure), so a study of 20 trials replays in seconds. The
+The driver runs for real (ask, the advisors, re-proposals, tell, stop, records); only the trial executor
+is replaced by a lookup, and the study's outputs (report, plots, MLflow), which decide nothing, are off:
+a config's launch returns what `benchmarks/measure_landscape.py` measured for it (its level metrics, or
+its failure), so a study of 20 trials replays in seconds. The
 space is the landscape's own axes (categorical over the values measured), with the grid's -b/-ub pairs
 as a constraint (an off-grid pair is infeasible: a trial, no launch). The baseline (no flags) is the
 grid's config nearest the engine's defaults (-np auto = 4 slots, every core, continuous batching).
@@ -147,6 +148,7 @@ def run_study(land: Landscape, folder: Path, sampler: str, advisors: list[str], 
                          tracker=MlflowTracker(root=folder / "mlruns"), results_dir=folder / "results",
                          progress=lambda total: Progress(total, "output_tok_per_s", Console(file=io.StringIO())))
     driver.executor.run = lookup  # type: ignore[method-assign]  # the one replaced part: a launch is a lookup
+    driver.callbacks = []  # no report, plots or MLflow runs: outputs only, they decide nothing (and cost seconds)
     driver.run(budget)
     return spent
 

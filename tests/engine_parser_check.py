@@ -34,6 +34,8 @@ def _parse(parser: argparse.ArgumentParser, argv: list[str]) -> tuple[argparse.N
     except SystemExit:
         lines = [line for line in err.getvalue().splitlines() if line.strip()]
         return None, lines[-1] if lines else "rejected"
+    except Exception as e:  # noqa: BLE001 - a value a type converter refuses (a JSON key's bad enum name)
+        return None, f"{type(e).__name__}: {e}"
 
 
 def _inexact(parser: argparse.ArgumentParser, argv: list[str]) -> list[str]:
@@ -52,6 +54,8 @@ def _used_options(parser: argparse.ArgumentParser, argv: list[str]) -> dict[str,
 def check_vllm(request: dict) -> list[str]:
     os.environ.setdefault("VLLM_TARGET_DEVICE", "cpu")
     import vllm.envs
+    from vllm.config.compilation import CUDAGraphMode
+    from vllm.config.speculative import SpeculativeMethod
     from vllm.engine.arg_utils import AsyncEngineArgs
     from vllm.entrypoints.launchers.cli_args import make_arg_parser
     from vllm.model_executor.layers.quantization import QUANTIZATION_METHODS
@@ -78,17 +82,30 @@ def check_vllm(request: dict) -> list[str]:
             problems.append(f"vllm does not read the environment variable {name}")
     values = request.get("values", {})
     registries = {"attention_backend": {e.name for e in AttentionBackendEnum},
-                  "quantization": set(QUANTIZATION_METHODS)}
+                  "quantization": set(QUANTIZATION_METHODS),
+                  "cudagraph_mode": {e.name for e in CUDAGraphMode},
+                  "speculative_method": _literal_values(SpeculativeMethod)}
     for param, known in registries.items():
         for value in values.get(param, []):
             if value not in known:
                 problems.append(f"vllm {param}: {value!r} is not one of vLLM's ({', '.join(sorted(known))})")
-    for param, dest in (("kv_cache_dtype", "kv_cache_dtype"), ("dtype", "dtype"), ("moe_backend", "moe_backend")):
+    for param, dest in (("kv_cache_dtype", "kv_cache_dtype"), ("dtype", "dtype"), ("moe_backend", "moe_backend"),
+                        ("all2all_backend", "all2all_backend")):
         action = next(a for a in parser._actions if a.dest == dest)
         for value in values.get(param, []):
             if action.choices is not None and value not in action.choices:
                 problems.append(f"vllm {param}: {value!r} is not among {list(action.choices)}")
     return problems
+
+
+def _literal_values(literal: object) -> set[str]:
+    """The strings of a typing.Literal, nested Literals included (vLLM's SpeculativeMethod)."""
+    import typing
+
+    values: set[str] = set()
+    for arg in typing.get_args(literal):
+        values |= _literal_values(arg) if typing.get_args(arg) else {arg}
+    return values
 
 
 def sglang_flags(parser: argparse.ArgumentParser) -> dict:

@@ -18,6 +18,8 @@ REPRESENTATIVE: dict[str, list[Any]] = {
     "cudagraph_capture_sizes": ["1,2,4,8,16"], "parallel_layout": ["TP8", "TP4xPP2", "TP2xPP4", "TP2xDP4"],
     "chunked_prefill_size": [-1, 8192], "cpu_omp_threads_bind": ["auto", "nobind", "0-1"],
     "moe_config_folder": ["default", "/configs"],
+    "decode_context_parallel_size": [1, 2, 4], "mtp_draft_tokens": [0, 1, 2, 3],
+    "speculative_num_steps": [1, 3], "speculative_eagle_topk": [1, 4],
 }
 
 
@@ -75,4 +77,7 @@ def launch_args(engine: Engine, binary: str, model_path: Path = Path("/models/m"
 
 
 def env_names(engine: Engine) -> list[str]:
-    return sorted({flag.env for flag in engine.flags.values() if flag.env})
+    """The engine's own environment variables the adapter can set: its env params, and the allow-list's
+    names in the engine's namespace (VLLM_...; NCCL's are NCCL's, not the engine's to check)."""
+    own = {flag.env for flag in engine.flags.values() if flag.env}
+    return sorted(own | {name for name in engine.env_params if name.startswith(f"{engine.name.upper()}_")})

@@ -29,6 +29,10 @@ class _Param(_Strict):
     condition: str | None = Field(
         None, description="Expression over earlier params; the param is only sampled when it is true."
     )
+    env: str | None = Field(
+        None, pattern=r"^[A-Za-z_][A-Za-z0-9_]*$",
+        description="The environment variable this param sets (one the engine adapter allows, e.g. NCCL_PROTO), "
+                    "instead of an engine param of the same name.")
 
 
 class IntParam(_Param):
@@ -94,6 +98,11 @@ class SearchSpaceConfig(_Strict):
     constraints: list[str] = Field(
         default_factory=list, description="Expressions that every launched config must satisfy."
     )
+
+    @property
+    def env_params(self) -> dict[str, str]:
+        """Params that set an environment variable: {param: VARIABLE}."""
+        return {name: p.env for name, p in self.params.items() if p.env is not None}
 
 
 # --- experiment -------------------------------------------------------------------------------------

@@ -11,7 +11,7 @@ import os
 from autotuner.config import CategoricalParam, ConfigError, Experiment
 from autotuner.config.space import ExpressionError, SearchSpace
 from autotuner.core.study import check_storage
-from autotuner.engines._base import Engine, EngineError, get_engine
+from autotuner.engines._base import Engine, EngineError, EnvParamError, get_engine
 
 
 def check(exp: Experiment, need_model: bool = True) -> Engine:
@@ -19,9 +19,12 @@ def check(exp: Experiment, need_model: bool = True) -> Engine:
     `need_model` False: a dry run, which only prints commands (the model may live on the GPU box)."""
     cfg = exp.config
     try:
-        engine = get_engine(cfg.engine)
+        engine = get_engine(cfg.engine, exp.space.env_params)
+    except EnvParamError as e:
+        raise ConfigError(f"{exp.space_path}: field 'params.{e.param}.env': {e}") from None
     except EngineError as e:
         raise ConfigError(f"{exp.source}: field 'engine': {e}") from None
+    _check_env_params_not_fixed(exp)
     choices = {n: p.choices for n, p in exp.space.params.items() if isinstance(p, CategoricalParam)}
     try:
         engine.check_space(list(exp.space.params), choices)
@@ -46,3 +49,14 @@ def check(exp: Experiment, need_model: bool = True) -> Engine:
         raise ConfigError(f"{exp.source}: field 'study.sampler': gp needs PyTorch, which is not installed "
                           "(pip install torch), or use tpe")
     return engine
+
+
+def _check_env_params_not_fixed(exp: Experiment) -> None:
+    """A variable the space searches must not also be fixed by the experiment: the fixed value would win
+    over every sampled one (launch.launch_spec, docker_command.environment) and the study measure nothing."""
+    docker_env = exp.config.docker.env if exp.config.docker else {}
+    for field, fixed in (("env", exp.config.env), ("docker.env", docker_env)):
+        for param, variable in exp.space.env_params.items():
+            if variable in fixed:
+                raise ConfigError(f"{exp.source}: field '{field}': {variable} is searched by the space's param "
+                                  f"'{param}' ({exp.space_path}): fix it in one place only")

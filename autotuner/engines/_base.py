@@ -3,11 +3,15 @@
 An engine adapter is pure: it knows flag names, defaults, environment variables, the health path and
 what a startup failure looks like in the engine's log, and it never starts, reads or writes anything.
 Values from the search space only ever reach the flag declared for their param (`Flag`), so a search
-space cannot smuggle arbitrary arguments into the server.
+space cannot smuggle arbitrary arguments into the server. A search space may also set environment
+variables, but only those the adapter lists in `env_params` (its allow-list), each bound to one param
+by `Engine.with_env_params`.
 """
 
 from __future__ import annotations
 
+import copy
+import json
 import shlex
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -122,8 +126,32 @@ TORCH_STACK_CACHES = {"TRITON_CACHE_DIR": "triton", "TORCHINDUCTOR_CACHE_DIR": "
                       "FLASHINFER_WORKSPACE_BASE": "flashinfer", "HF_HUB_CACHE": "hf-hub"}
 
 
+@dataclass(frozen=True)
+class JsonFlag(Flag):
+    """A param that is one key of a flag taking a JSON object, with `fixed` keys beside it:
+    `--compilation-config '{"cudagraph_mode": "FULL"}'`, `--speculative-config '{"method": "mtp",
+    "num_speculative_tokens": 2}'`. `unset` passes nothing (the engine's own default). One such param per
+    flag: the engine keeps the last of a repeated flag."""
+
+    key: str = ""
+    fixed: tuple[tuple[str, Any], ...] = ()
+
+    def render(self, value: Any) -> list[str]:
+        if self.unset is not None and value == self.unset:
+            return []
+        return [self.flag or "", json.dumps({**dict(self.fixed), self.key: value})]
+
+
 class EngineError(ValueError):
     """A search space or experiment asks the engine for something it does not have."""
+
+
+class EnvParamError(EngineError):
+    """A search space's environment param that the engine's allow-list does not take (`param`: its name)."""
+
+    def __init__(self, param: str, message: str):
+        super().__init__(message)
+        self.param = param
 
 
 class Engine:
@@ -134,6 +162,27 @@ class Engine:
     default_image: ClassVar[str] = "{engine}:{version}"  # format(version=...): where --format docker runs it
     server_metrics: ClassVar[Mapping[str, tuple[str, str, float]]] = {}  # canonical /metrics name -> source
     caches: ClassVar[Mapping[str, str]] = {}  # cache variable -> subfolder of the study's engine cache (cache_env)
+    # The allow-list: environment variables a search space may set (`{env: NAME, ...}`), name -> Flag(env=NAME).
+    env_params: ClassVar[Mapping[str, Flag]] = {}
+
+    def with_env_params(self, bindings: Mapping[str, str]) -> Engine:
+        """This engine with the search space's environment params added to its flags: {param: VARIABLE},
+        each VARIABLE from `env_params`. Raises EnvParamError for anything else."""
+        if not bindings:
+            return self
+        flags = dict(self.flags)
+        for param, variable in bindings.items():
+            if param in self.flags:
+                raise EnvParamError(param, f"'{param}' is a {self.name} param already: give the environment "
+                                           "param another name")
+            if variable not in self.env_params:
+                allowed = ", ".join(sorted(self.env_params)) or "none"
+                raise EnvParamError(param, f"{self.name} takes no environment variable {variable} from a search "
+                                           f"space (allowed: {allowed})")
+            flags[param] = self.env_params[variable]
+        bound = copy.copy(self)
+        bound.flags = flags  # type: ignore[misc]  # an instance's own table, the class's left as it is
+        return bound
 
     def check_space(self, param_names: list[str], choices: Mapping[str, list[Any]]) -> None:
         """Raise EngineError for a param this engine does not know, or a value it does not accept."""
@@ -171,7 +220,8 @@ class Engine:
 
         `context` holds facts about the experiment: `input_len`, `output_len`, `gpus`, `engine_args`, and
         the model's shape when its config.json is at hand (autotuner.engines.model_facts: `num_attention_heads`,
-        `num_key_value_heads`, `num_hidden_layers`, `num_experts`, `max_position_embeddings`).
+        `num_key_value_heads`, `num_hidden_layers`, `num_experts`, `max_position_embeddings`, `kv_lora_rank`,
+        `num_nextn_predict_layers`).
         Each broken rule is one line saying what the rule is and what broke it."""
         return []
 
@@ -229,10 +279,12 @@ def register(cls: type[Engine]) -> type[Engine]:
     return cls
 
 
-def get_engine(name: str) -> Engine:
+def get_engine(name: str, env_params: Mapping[str, str] | None = None) -> Engine:
+    """The adapter called `name`, with a search space's environment params bound ({param: VARIABLE})."""
     from autotuner.engines import llamacpp, sglang, vllm  # noqa: F401  (each registers itself)
 
     try:
-        return _ENGINES[name]()
+        engine = _ENGINES[name]()
     except KeyError:
         raise EngineError(f"unknown engine '{name}' (engines: {', '.join(sorted(_ENGINES))})") from None
+    return engine.with_env_params(env_params or {})

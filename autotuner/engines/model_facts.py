@@ -1,7 +1,8 @@
 """The model's shape, read from its Hugging Face config.json when the model is a folder at hand.
 
 The engines' feasibility rules need a few facts (attention and KV heads for tensor parallel, layers for
-pipeline parallel, experts for expert parallel, the longest context). Only what config.json states is
+pipeline parallel, experts for expert parallel, the longest context, MLA and MTP layers for decode
+context parallel and speculative decoding). Only what config.json states is
 returned: a missing file or key means "unknown", and a rule that needs it does not apply.
 Reads one small file; never downloads anything.
 """
@@ -19,6 +20,8 @@ _KEYS: dict[str, tuple[str, ...]] = {
     "num_hidden_layers": ("num_hidden_layers", "n_layer", "num_layers"),
     "num_experts": ("num_experts", "n_routed_experts", "num_local_experts", "moe_num_experts"),
     "max_position_embeddings": ("max_position_embeddings", "max_sequence_length", "seq_length"),
+    "kv_lora_rank": ("kv_lora_rank",),  # set: multi-head latent attention (MLA: DeepSeek, GLM-5, Kimi)
+    "num_nextn_predict_layers": ("num_nextn_predict_layers",),  # multi-token-prediction layers (MTP)
 }
 
 

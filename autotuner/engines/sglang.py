@@ -19,6 +19,7 @@ from math import prod
 from typing import Any
 
 from autotuner.engines._base import TORCH_STACK_CACHES, Engine, Flag, LaunchContext, LaunchSpec, register
+from autotuner.engines.nccl import NCCL_ENV_PARAMS
 
 SGLANG_VERSION = "0.5.23"
 LAUNCH_MODULE = "sglang.launch_server"
@@ -31,9 +32,16 @@ SCHEDULE_POLICIES = ("lpm", "random", "fcfs", "dfs-weight", "lof", "priority", "
 ATTENTION_BACKENDS = ("auto", "triton", "torch_native", "flex_attention", "fa3", "fa4", "flashinfer", "flashmla",
                       "trtllm_mla", "trtllm_mha", "cutedsl_mla", "aiter", "intel_amx")
 CUDA_GRAPH_BACKENDS = ("full", "breakable", "disabled")
-MOE_RUNNER_BACKENDS = ("auto", "deep_gemm", "triton", "triton_kernel", "flashinfer_trtllm", "flashinfer_cutlass",
-                       "flashinfer_mxfp4", "flashinfer_cutedsl", "cutlass", "marlin")
-MOE_A2A_BACKENDS = ("none", "deepep", "mooncake", "nixl", "flashinfer", "pplx")
+# --moe-runner-backend and --moe-a2a-backend choices of 0.5.23 (sglang_flags.json), less the ones for other
+# hardware (Ascend, AMD, Intel) and LoRA.
+MOE_RUNNER_BACKENDS = ("auto", "triton", "triton_kernel", "deep_gemm", "cutlass", "marlin", "flashinfer_trtllm",
+                       "flashinfer_trtllm_routed", "flashinfer_cutlass", "flashinfer_mxfp4", "flashinfer_cutedsl",
+                       "flashinfer_megamoe", "megamoe", "humming", "experimental_sgl_marlin", "experimental_sgl_trtllm")
+MOE_A2A_BACKENDS = ("none", "deepep", "deepep_v2", "mooncake", "mori", "nixl", "flashinfer", "flashinfer_megamoe",
+                    "megamoe", "pplx")
+# --speculative-algorithm (free text, read by SpeculativeAlgorithm.from_string): EAGLE drafts with an EAGLE
+# head, and for models with next-token-prediction layers (DeepSeek, GLM) with those; NEXTN is its alias.
+SPECULATIVE_ALGORITHMS = ("none", "EAGLE", "NEXTN")
 
 FLAGS: dict[str, Flag] = {
     # parallelism
@@ -41,6 +49,7 @@ FLAGS: dict[str, Flag] = {
     "pp_size": Flag("--pp-size", default=1, help="pipeline parallel stages"),
     "dp_size": Flag("--dp-size", default=1, help="data parallel replicas"),
     "ep_size": Flag("--ep-size", default=1, help="expert parallel size for MoE layers (within TP)"),
+    # DP attention: 0.5.23 deprecates `--dp-size N --enable-dp-attention` for `--attn-dp-size N`.
     "attn_dp_size": Flag("--attn-dp-size", default=1, help="data parallel attention inside the TP group (MoE)"),
     "moe_a2a_backend": Flag("--moe-a2a-backend", default="none", choices=MOE_A2A_BACKENDS,
                             help="all-to-all for expert parallel (deepep, ...)"),
@@ -69,12 +78,19 @@ FLAGS: dict[str, Flag] = {
     "enable_torch_compile": Flag(on="--enable-torch-compile", default=False, help="torch.compile the model"),
     "torch_compile_max_bs": Flag("--torch-compile-max-bs", default=32, help="largest batch torch.compile covers"),
     "dtype": Flag("--dtype", default="auto", choices=DTYPES, help="weights and activations type"),
+    # speculative decoding
+    "speculative_algorithm": Flag("--speculative-algorithm", default="none", unset="none",
+                                  choices=SPECULATIVE_ALGORITHMS, help="speculative decoding (none: off)"),
+    "speculative_num_steps": Flag("--speculative-num-steps", help="draft steps per decoding step"),
+    "speculative_eagle_topk": Flag("--speculative-eagle-topk", help="branches kept per draft step"),
     "quantization": Flag("--quantization", default="auto", unset="auto",
                          choices=("auto", "fp8", "modelopt_fp4", "w4afp8", "awq", "gptq", "compressed-tensors",
                                   "mxfp4"), help="quantization method (auto: as the checkpoint says)"),
 }
 
 BASE_ENV = {"SGLANG_DISABLE_REQUEST_LOGGING": "1"}
+# Always on: the diagnosis reads the server's /metrics, which SGLang serves only with this flag.
+BASE_ARGS = ("--enable-metrics",)
 
 _FAILURES = [
     ("bad-flag", re.compile(r"error: (unrecognized arguments|argument \S+: invalid|the following arguments)", re.I)),
@@ -94,11 +110,14 @@ class SglangEngine(Engine):
     server_metrics = {
         "kv_cache_usage": ("sglang:token_usage", "gauge", 1.0),
         "requests_running": ("sglang:num_running_reqs", "gauge", 1.0),
-        "requests_waiting": ("sglang:num_queue_req", "gauge", 1.0),
+        "requests_waiting": ("sglang:num_queue_reqs", "gauge", 1.0),
+        # retractions: SGLang's preemptions (observability/metrics_collector.py)
+        "preemptions_total": ("sglang:num_retracted_requests_total", "counter", 1.0),
         "generation_tokens_total": ("sglang:generation_tokens_total", "counter", 1.0),
         "prompt_tokens_total": ("sglang:prompt_tokens_total", "counter", 1.0),
     }
     flags = FLAGS
+    env_params = NCCL_ENV_PARAMS
 
     def build(self, params: Mapping[str, Any], ctx: LaunchContext) -> LaunchSpec:
         argv = [
@@ -107,6 +126,7 @@ class SglangEngine(Engine):
             "--host", ctx.host,
             "--port", str(ctx.port),
             "--served-model-name", ctx.served_model_name,
+            *BASE_ARGS,
             *self.tuning_args(params),
             *ctx.extra_args,
         ]
@@ -132,6 +152,12 @@ class SglangEngine(Engine):
             )
         if attn_dp > 1 and tp % attn_dp:
             broken.append(f"attn_dp_size = {attn_dp} must divide tp_size = {tp}")
+        # arg_groups/parallel_hook.py and moe_hook.py of 0.5.23
+        if attn_dp > 1 and dp > 1:
+            broken.append(f"dp_size = {dp} with attn_dp_size = {attn_dp}: SGLang runs replicas or attention DP, "
+                          "not both")
+        if params.get("moe_a2a_backend") == "pplx" and attn_dp < 2:
+            broken.append("moe_a2a_backend pplx needs attention DP with at least 2 groups (attn_dp_size >= 2)")
         heads = context.get("num_attention_heads")
         attn_tp = tp // attn_dp if attn_dp and tp % attn_dp == 0 else tp
         if heads and heads % attn_tp:

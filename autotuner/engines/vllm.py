@@ -22,10 +22,12 @@ from autotuner.engines._base import (
     Engine,
     EngineError,
     Flag,
+    JsonFlag,
     LaunchContext,
     LaunchSpec,
     register,
 )
+from autotuner.engines.nccl import NCCL_ENV_PARAMS
 
 if TYPE_CHECKING:
     from autotuner.advisors import Proposal, StudySoFar
@@ -50,8 +52,22 @@ QUANTIZATIONS = ("auto", "auto_awq", "auto_gptq", "awq", "awq_marlin", "compress
 ATTENTION_BACKENDS = ("auto", "FLASH_ATTN", "TRITON_ATTN", "FLASHINFER", "FLEX_ATTENTION", "FLASHINFER_MLA",
                       "CUTLASS_MLA", "FLASHMLA", "FLASHMLA_SPARSE", "TRITON_MLA", "FLASH_ATTN_MLA", "CPU_ATTN",
                       "ROCM_ATTN", "ROCM_AITER_FA", "ROCM_AITER_UNIFIED_ATTN")
-MOE_BACKENDS = ("auto", "cutlass", "deep_gemm", "flashinfer_cutedsl", "flashinfer_cutlass", "flashinfer_trtllm",
-                "marlin", "triton", "batched_triton", "aiter")
+# vllm/config/kernel.py MoEBackend (flashinfer_b12x and b12x: SM12x, the RTX PRO 6000's NVFP4 MoE kernels).
+MOE_BACKENDS = ("auto", "triton", "batched_triton", "deep_gemm", "deep_gemm_mega_moe", "cutlass", "flashinfer_trtllm",
+                "flashinfer_cutlass", "flashinfer_cutedsl", "flashinfer_moe_ep_cutedsl", "flashinfer_b12x", "b12x",
+                "flashinfer_moe_ep_mega_deep_gemm", "marlin", "humming", "triton_unfused", "aiter", "aiter_mega_moe",
+                "aiter_triton_mxfp4_bf16", "flydsl", "hpc", "emulation", "rdna3")
+# vllm/config/parallel.py All2AllBackend as the CLI offers it, less "naive" and "pplx" (removed: vLLM falls back
+# to allgather_reducescatter with a warning) and "flashinfer_all2allv" (an alias of flashinfer_nvlink_two_sided).
+ALL2ALL_BACKENDS = ("allgather_reducescatter", "deepep_high_throughput", "deepep_low_latency", "deepep_v2",
+                    "mori_high_throughput", "mori_low_latency", "moonep", "nixl_ep", "flashinfer_nvlink_two_sided",
+                    "flashinfer_nvlink_one_sided")
+# Dual batch overlap (microbatching) runs only over these (the assert in vllm/config/vllm.py).
+DBO_ALL2ALL_BACKENDS = ("deepep_low_latency", "deepep_high_throughput", "nixl_ep")
+# MoE backends that dispatch and combine themselves (config/kernel.py FLASHINFER_MOE_EP_BACKENDS).
+SELF_DISPATCHING_MOE_BACKENDS = ("flashinfer_moe_ep_cutedsl", "flashinfer_moe_ep_mega_deep_gemm")
+# vllm/config/compilation.py CUDAGraphMode; "auto": what the optimization level picks (-O2: FULL_AND_PIECEWISE).
+CUDAGRAPH_MODES = ("auto", "NONE", "PIECEWISE", "FULL", "FULL_DECODE_ONLY", "FULL_AND_PIECEWISE")
 
 _LAYOUT = re.compile(r"TP(\d+)(?:xPP(\d+))?(?:xDP(\d+))?")
 _SIZES = ("tensor_parallel_size", "pipeline_parallel_size", "data_parallel_size")
@@ -90,6 +106,17 @@ FLAGS: dict[str, Flag] = {
     "data_parallel_size": Flag("--data-parallel-size", default=1, help="model replicas (DP); MoE: attention DP"),
     "enable_expert_parallel": Flag(on="--enable-expert-parallel", off="--no-enable-expert-parallel", default=False,
                                    help="MoE experts split across TP x DP ranks instead of tensor-parallel"),
+    "decode_context_parallel_size": Flag("--decode-context-parallel-size", default=1,
+                                         help="TP ranks that shard the KV cache instead of each holding all of it "
+                                              "(DCP; MLA's cache is otherwise duplicated on every TP rank)"),
+    "all2all_backend": Flag("--all2all-backend", default="allgather_reducescatter", choices=ALL2ALL_BACKENDS,
+                            help="expert-parallel dispatch and combine (matters with EP)"),
+    "enable_eplb": Flag(on="--enable-eplb", off="--no-enable-eplb", default=False,
+                        help="expert-parallel load balancing: move hot experts between ranks"),
+    "enable_dbo": Flag(on="--enable-dbo", off="--no-enable-dbo", default=False,
+                       help="dual batch overlap: one microbatch computes while the other communicates"),
+    "disable_custom_all_reduce": Flag(on="--disable-custom-all-reduce", off="--no-disable-custom-all-reduce",
+                                      default=False, help="NCCL instead of vLLM's own all-reduce kernel"),
     # scheduler
     "max_num_seqs": Flag("--max-num-seqs", help="sequences in one batch (default: by device, e.g. 1024 on H100)"),
     "max_num_batched_tokens": Flag("--max-num-batched-tokens", help="tokens in one scheduler step"),
@@ -113,6 +140,13 @@ FLAGS: dict[str, Flag] = {
     "cudagraph_capture_sizes": Flag("--cudagraph-capture-sizes", sep=",",
                                     help="batch sizes captured as CUDA graphs, e.g. '1,2,4,8,16,32,64'"),
     "max_cudagraph_capture_size": Flag("--max-cudagraph-capture-size", help="largest batch captured as a CUDA graph"),
+    "cudagraph_mode": JsonFlag("--compilation-config", key="cudagraph_mode", default="auto", unset="auto",
+                               choices=CUDAGRAPH_MODES, help="what CUDA graphs capture: whole steps (FULL), the "
+                               "parts between attention (PIECEWISE), both, or none"),
+    # speculative decoding
+    "mtp_draft_tokens": JsonFlag("--speculative-config", key="num_speculative_tokens", fixed=(("method", "mtp"),),
+                                 default=0, unset=0, help="tokens the model's own multi-token-prediction layers "
+                                 "draft per step (0: no speculative decoding)"),
     "dtype": Flag("--dtype", default="auto", choices=DTYPES, help="weights and activations type"),
     "quantization": Flag("--quantization", default="auto", unset="auto", choices=QUANTIZATIONS,
                          help="quantization method (auto: as the checkpoint says)"),
@@ -125,6 +159,19 @@ FLAGS: dict[str, Flag] = {
     "cpu_kvcache_space_gb": Flag(env="VLLM_CPU_KVCACHE_SPACE", help="CPU build: GiB for the KV cache"),
     "cpu_omp_threads_bind": Flag(env="VLLM_CPU_OMP_THREADS_BIND", default="auto",
                                  help="CPU build: cores the OpenMP threads are bound to ('auto', 'nobind', '0-3')"),
+}
+
+# Environment variables a search space may set (`{env: NAME}`): NCCL's, and vLLM's all-reduce switches
+# (vllm/envs.py) that matter on a PCIe box. The parser test checks the VLLM_ names against vllm.envs.
+ENV_PARAMS: dict[str, Flag] = {
+    **NCCL_ENV_PARAMS,
+    "VLLM_ALLREDUCE_USE_SYMM_MEM": Flag(env="VLLM_ALLREDUCE_USE_SYMM_MEM", choices=(0, 1),
+                                        help="PyTorch symmetric memory for all-reduce (default 1)"),
+    "VLLM_ALLREDUCE_USE_FLASHINFER": Flag(env="VLLM_ALLREDUCE_USE_FLASHINFER", choices=(0, 1),
+                                          help="FlashInfer's all-reduce (default 1)"),
+    "VLLM_ALLREDUCE_USE_FLASHINFER_PCIE_IPC": Flag(env="VLLM_ALLREDUCE_USE_FLASHINFER_PCIE_IPC", choices=(0, 1),
+                                                   help="FlashInfer's single-node PCIe CUDA-IPC all-reduce "
+                                                        "(opt-in, default 0)"),
 }
 
 # The engine's environment: no usage reports from a tuner.
@@ -168,6 +215,7 @@ class VllmEngine(Engine):
         "prefix_cache_hits_total": ("vllm:prefix_cache_hits_total", "counter", 1.0),
     }
     flags = FLAGS
+    env_params = ENV_PARAMS
 
     def build(self, params: Mapping[str, Any], ctx: LaunchContext) -> LaunchSpec:
         binary = ctx.binary or "vllm"
@@ -281,6 +329,9 @@ class VllmEngine(Engine):
             elif experts and experts < tp * dp:
                 broken.append(f"expert parallel over TP x DP = {tp * dp} ranks, but the model has only "
                               f"{experts} experts")
+        broken += _moe_rules(p)
+        broken += _context_parallel_rules(p, tp, context)
+        broken += _mtp_rules(p, context)
         # Block size: what the attention backend's kernels accept.
         block = p.get("block_size")
         if block is not None:
@@ -348,13 +399,70 @@ class VllmEngine(Engine):
         return m.group(1) if m else super().parse_version(output)
 
 
+def _moe_rules(p: Mapping[str, Any]) -> list[str]:
+    """EPLB, dual batch overlap and the all-to-all backend: vLLM 0.32's checks in config/parallel.py,
+    config/vllm.py and config/kernel.py (bind_passthrough_all2all_backend)."""
+    broken = []
+    ep, a2a = p.get("enable_expert_parallel"), p.get("all2all_backend", "allgather_reducescatter")
+    if p.get("enable_eplb") and not ep:
+        broken.append("enable_eplb balances expert-parallel ranks: it needs enable_expert_parallel")
+    if p.get("enable_dbo") and a2a not in DBO_ALL2ALL_BACKENDS:
+        broken.append(f"enable_dbo (microbatching) runs only over all2all_backend {', '.join(DBO_ALL2ALL_BACKENDS)} "
+                      f"(got {a2a})")
+    if a2a == "moonep" and p.get("enable_eplb"):
+        broken.append("all2all_backend moonep does not support enable_eplb")
+    if p.get("moe_backend") in SELF_DISPATCHING_MOE_BACKENDS:
+        if not ep:
+            broken.append(f"moe_backend {p['moe_backend']} is an expert-parallel kernel: it needs "
+                          "enable_expert_parallel")
+        if a2a != "allgather_reducescatter":
+            broken.append(f"moe_backend {p['moe_backend']} dispatches and combines itself: leave all2all_backend "
+                          f"at its default (got {a2a})")
+    return broken
+
+
+def _context_parallel_rules(p: Mapping[str, Any], tp: int, context: Mapping[str, Any]) -> list[str]:
+    """Decode context parallel: config/parallel.py (DCP reuses the TP ranks) and, for models without MLA,
+    config/model.py (GQA/MQA: more TP ranks than KV heads, and the query heads per KV head split evenly)."""
+    dcp = int(p.get("decode_context_parallel_size", 1))
+    if dcp <= 1:
+        return []
+    if tp % dcp:
+        return [f"decode_context_parallel_size = {dcp} must divide TP = {tp} (DCP reuses the TP ranks)"]
+    heads, kv_heads = context.get("num_attention_heads"), context.get("num_key_value_heads")
+    if context.get("kv_lora_rank") or not kv_heads:  # MLA (or the model unknown): TP dividing is all vLLM asks
+        return []
+    if tp <= kv_heads:
+        return [f"decode_context_parallel_size = {dcp} without MLA needs TP = {tp} above the model's {kv_heads} KV "
+                "heads (config.json)"]
+    if dcp > tp // kv_heads:
+        return [f"decode_context_parallel_size = {dcp} is more than TP / KV heads = {tp}/{kv_heads} (config.json)"]
+    if heads and (heads // kv_heads) % dcp:
+        return [f"decode_context_parallel_size = {dcp} must divide the model's {heads // kv_heads} query heads per "
+                "KV head (config.json)"]
+    return []
+
+
+def _mtp_rules(p: Mapping[str, Any], context: Mapping[str, Any]) -> list[str]:
+    """MTP drafts with the model's own next-token layers: config/speculative.py reuses them, so more tokens
+    than layers must be a multiple of the layers."""
+    tokens, layers = int(p.get("mtp_draft_tokens", 0)), context.get("num_nextn_predict_layers")
+    if not tokens or layers is None:
+        return []
+    if layers == 0:
+        return [f"mtp_draft_tokens = {tokens}: the model has no multi-token-prediction layers (config.json)"]
+    if tokens > layers and tokens % layers:
+        return [f"mtp_draft_tokens = {tokens} must be a multiple of the model's {layers} MTP layers (config.json)"]
+    return []
+
+
 def _is_python(binary: str) -> bool:
     return re.fullmatch(r"python[\d.]*", binary.rsplit("/", 1)[-1]) is not None
 
 
 def _parse_engine_args(args: list[str] | tuple[str, ...]) -> dict[str, Any]:
     """The known params among an experiment's fixed engine_args (`--flag V`, `--flag=V`, `--on`/`--off`)."""
-    by_flag = {f.flag: n for n, f in FLAGS.items() if f.flag}
+    by_flag = {f.flag: n for n, f in FLAGS.items() if f.flag and not isinstance(f, JsonFlag)}
     switches = {f.on: (n, True) for n, f in FLAGS.items() if f.on}
     switches.update({f.off: (n, False) for n, f in FLAGS.items() if f.off})
     values: dict[str, Any] = {}

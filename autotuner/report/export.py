@@ -145,9 +145,11 @@ def llamacpp_env(args: Sequence[str]) -> tuple[dict[str, str], list[str]]:
 # --- one entry point --------------------------------------------------------------------------------
 
 def export(fmt: str, *, engine: str, spec: LaunchSpec, command: str, docker: Sequence[str],
-           tuning_args: Sequence[str], params: Mapping[str, Any], summary: Mapping[str, Any] | None = None) -> str:
+           tuning_args: Sequence[str], params: Mapping[str, Any], summary: Mapping[str, Any] | None = None,
+           tuning_env: Mapping[str, str] | None = None) -> str:
     """The winner in format `fmt` (one of FORMATS), as text ending in a newline. `spec` is the launch as the
-    server sees it, `command` what starts it where the study ran, `docker` its `docker run` argv."""
+    server sees it, `command` what starts it where the study ran, `docker` its `docker run` argv, and
+    `tuning_env` the environment variables its params set (a config file cannot hold them: said in a comment)."""
     if fmt == "args":
         return command + "\n"
     if fmt == "docker":
@@ -164,7 +166,7 @@ def export(fmt: str, *, engine: str, spec: LaunchSpec, command: str, docker: Seq
     if fmt == "config":
         if engine == "llamacpp":
             return llamacpp_ini(options)
-        return _yaml_config(engine, options)
+        return _yaml_config(engine, options, tuning_env or {})
     if fmt == "yaml":
         if engine == "llamacpp":
             record = {"engine": engine, "params": dict(params), "flags": list(tuning_args),
@@ -172,12 +174,15 @@ def export(fmt: str, *, engine: str, spec: LaunchSpec, command: str, docker: Seq
             return ("# llama-server reads no YAML: this records the winner. `autotuner best --format config`\n"
                     "# writes the config.ini it does read; `--format env` its LLAMA_ARG_* variables.\n"
                     + yaml.safe_dump(record, sort_keys=False))
-        return _yaml_config(engine, options)
+        return _yaml_config(engine, options, tuning_env or {})
     raise ExportError(f"unknown format {fmt!r} (formats: {', '.join(FORMATS)})")
 
 
-def _yaml_config(engine: str, options: Sequence[str]) -> str:
+def _yaml_config(engine: str, options: Sequence[str], tuning_env: Mapping[str, str]) -> str:
     head = f"# {engine} --config FILE reads this; flags on the command line still win over it.\n"
+    if tuning_env:
+        env = " ".join(f"{k}={shlex.quote(v)}" for k, v in tuning_env.items())
+        head += f"# Set in the engine's environment too: {env}\n"
     return head + yaml.safe_dump(long_option_config(_drop_module(options)), sort_keys=False)
 
 

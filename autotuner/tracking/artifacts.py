@@ -91,6 +91,7 @@ def winner_text(fmt: str, engine: Engine, exp: Experiment, row: report.TrialRow,
     docker = launch.docker_argv(exp, engine, row.params, host_port=launch.EXPORT_PORT, image=image, version=version)
     return export.export(fmt, engine=engine.name, spec=winner.spec, command=winner.command, docker=docker,
                          tuning_args=engine.tuning_args(row.params), params=row.params,
+                         tuning_env=engine.tuning_env(row.params),
                          summary={"trial": row.number, exp.config.objective.metric: row.value})
 
 

@@ -6,6 +6,8 @@ from __future__ import annotations
 import shlex
 import subprocess
 
+import pytest
+
 from tests.e2e.test_cli import REPO, autotuner
 
 GLM5 = REPO / "experiments" / "glm5-nvfp4-8x-rtx-pro-6000.yaml"
@@ -119,3 +121,27 @@ def test_the_kernel_stage_dry_run_prints_its_tuners_then_trials_that_read_their_
     assert f"{tmp_path / 'kc'}:/autotuner-kernels:ro" in trial
     assert "VLLM_TUNED_CONFIG_FOLDER=/autotuner-kernels/vllm-0.32.0/NVIDIA_RTX_PRO_6000/tp8-ep8-auto" in trial
     assert sorted(p.name for p in tmp_path.iterdir()) == ["exp.yaml"]  # no cache folder, no study
+
+
+@pytest.mark.parametrize("experiment", sorted(p.name for p in (REPO / "experiments").glob("*.yaml")))
+def test_every_shipped_experiment_dry_runs(tmp_path, experiment):
+    """`autotuner run --experiment F --dry-run` works for every file in experiments/, on a machine without
+    the model or a GPU, and writes nothing."""
+    out = autotuner("run", "--experiment", str(REPO / "experiments" / experiment), "--dry-run", "--trials", "4",
+                    cwd=tmp_path)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.splitlines()[-1].startswith("# ") and "launchable" in out.stdout.splitlines()[-1]
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_glm5_sglang_dry_run_serves_metrics_and_sets_nccl_only_through_its_variables(tmp_path):
+    out = autotuner("run", "--experiment", str(REPO / "experiments" / "glm5-nvfp4-8x-rtx-pro-6000-sglang.yaml"),
+                    "--dry-run", "--trials", "6", cwd=tmp_path)
+    assert out.returncode == 0, out.stderr
+    runs = [shlex.split(line) for line in out.stdout.splitlines()
+            if line.startswith("docker run ") and "--model-path" in line]  # the servers, not the preflight's probes
+    assert runs and all("--enable-metrics" in run for run in runs)
+    for run in runs:
+        env = [run[i + 1] for i, arg in enumerate(run) if arg == "-e"]
+        assert any(e.startswith("NCCL_P2P_LEVEL=") for e in env) and any(e.startswith("NCCL_PROTO=") for e in env)
+        assert not any(arg.startswith("NCCL_") for arg in run[run.index("--entrypoint"):])  # never a flag

@@ -51,9 +51,12 @@ def test_every_vllm_argument_we_emit_is_accepted_by_vllms_parser(vllm_python, tm
     base = launch_args(engine, str(vllm_python), tmp_path)
     argvs = [base] + [base + argv for argv in emitted_argvs(engine)]
     values = param_values(engine)
+    speculative = engine.flags["mtp_draft_tokens"]
     request = {"engine": "vllm", "argvs": argvs, "env": env_names(engine),
-               "values": {k: [v for v in values[k] if v != engine.flags[k].unset]
-                          for k in ("attention_backend", "quantization", "kv_cache_dtype", "dtype", "moe_backend")}}
+               "values": {**{k: [v for v in values[k] if v != engine.flags[k].unset]
+                             for k in ("attention_backend", "quantization", "kv_cache_dtype", "dtype", "moe_backend",
+                                       "all2all_backend", "cudagraph_mode")},
+                          "speculative_method": [dict(speculative.fixed)["method"]]}}  # type: ignore[attr-defined]
     assert len(argvs) > 60
     assert run_check(vllm_python, request) == []
 

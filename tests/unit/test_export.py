@@ -67,3 +67,12 @@ def test_long_option_engines_get_their_config_yaml():
         export.export("env", engine="vllm", spec=s, command="", docker=[], tuning_args=[], params={})
     with pytest.raises(export.ExportError, match="formats: args"):
         export.export("toml", engine="vllm", spec=s, command="", docker=[], tuning_args=[], params={})
+
+
+def test_a_vllm_config_file_names_the_environment_its_params_set():
+    s = get_engine("vllm").build({"max_num_seqs": 8}, LaunchContext(model_path=Path("/m"), served_model_name="m",
+                                                                    port=8080, gpus=2))
+    text = export.export("yaml", engine="vllm", spec=s, command="", docker=[], tuning_args=[], params={},
+                         tuning_env={"NCCL_PROTO": "LL", "VLLM_TUNED_CONFIG_FOLDER": "/moe configs"})
+    assert "# Set in the engine's environment too: NCCL_PROTO=LL VLLM_TUNED_CONFIG_FOLDER='/moe configs'\n" in text
+    assert "max-num-seqs: 8" in text

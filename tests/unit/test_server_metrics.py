@@ -73,7 +73,7 @@ def test_parse_ignores_garbage_and_nan():
                             "generation_tokens_total": 0, "prompt_tokens_total": 6, "decode_calls_total": 1}),
     ("vllm", VLLM, {"requests_running": 12, "requests_waiting": 3, "kv_cache_usage": 0.93,
                     "preemptions_total": 2, "generation_tokens_total": 1234}),
-    ("sglang", "sglang:token_usage 0.5\nsglang:num_running_reqs 3\nsglang:num_queue_req 0\n",
+    ("sglang", "sglang:token_usage 0.5\nsglang:num_running_reqs 3\nsglang:num_queue_reqs 0\n",
      {"kv_cache_usage": 0.5, "requests_running": 3, "requests_waiting": 0}),
     ("unknown-engine", LLAMACPP, {}),
 ])

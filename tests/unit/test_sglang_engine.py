@@ -44,7 +44,8 @@ def test_params_map_to_sglang_spellings(sglang):
                          "enable_torch_compile": True, "attention_backend": "auto", "schedule_policy": "lpm"},
                         LaunchContext(model_path=Path("/m"), served_model_name="m", port=30000, gpus=4))
     assert spec.argv == ["python3", "-m", "sglang.launch_server", "--model-path", "/m", "--host", "127.0.0.1",
-                         "--port", "30000", "--served-model-name", "m", "--tp-size", "4", "--ep-size", "4",
+                         "--port", "30000", "--served-model-name", "m", "--enable-metrics", "--tp-size", "4",
+                         "--ep-size", "4",
                          "--chunked-prefill-size", "-1", "--cuda-graph-max-bs-decode", "256",
                          "--enable-torch-compile", "--schedule-policy", "lpm"]
     assert sglang.gpus_needed({"tp_size": 4, "dp_size": 2}) == 8
@@ -56,6 +57,8 @@ def test_params_map_to_sglang_spellings(sglang):
     ({"tp_size": 8, "attn_dp_size": 3}, {}, "attn_dp_size = 3 must divide tp_size = 8"),
     ({"tp_size": 8}, {"num_attention_heads": 12}, "attention TP = 8 must divide the model's 12 attention heads"),
     ({"tp_size": 2, "ep_size": 2}, {"num_experts": 0}, "expert parallel needs a MoE model"),
+    ({"tp_size": 4, "dp_size": 2, "attn_dp_size": 4}, {}, "SGLang runs replicas or attention DP, not both"),
+    ({"tp_size": 8, "ep_size": 8, "moe_a2a_backend": "pplx"}, {}, "pplx needs attention DP"),
 ])
 def test_sglang_rules(sglang, params, facts, rule):
     broken = sglang.infeasible(params, {"gpus": 8, "input_len": 8, "output_len": 8, **facts})
@@ -65,3 +68,21 @@ def test_sglang_rules(sglang, params, facts, rule):
 def test_sglang_search_space_values_are_all_accepted(sglang):
     values = param_values(sglang)
     sglang.check_space(list(values), {k: v for k, v in values.items() if sglang.flags[k].choices is not None})
+
+
+def test_metrics_are_always_on_and_read_by_their_0523_names(sglang):
+    """The diagnosis reads /metrics, which SGLang serves only with --enable-metrics; the series names are
+    those of SGLang 0.5.23's observability/metrics_collector.py."""
+    spec = sglang.build({}, LaunchContext(model_path=Path("/m"), served_model_name="m", port=30000, gpus=1))
+    assert "--enable-metrics" in spec.argv
+    assert sglang.server_metrics["requests_waiting"][0] == "sglang:num_queue_reqs"
+    assert sglang.server_metrics["preemptions_total"][0] == "sglang:num_retracted_requests_total"
+
+
+def test_dp_attention_and_speculative_decoding_use_the_0523_spellings(sglang):
+    args = sglang.tuning_args({"attn_dp_size": 8, "speculative_algorithm": "EAGLE", "speculative_num_steps": 3,
+                               "speculative_eagle_topk": 1, "moe_a2a_backend": "deepep"})
+    assert args == ["--attn-dp-size", "8", "--speculative-algorithm", "EAGLE", "--speculative-num-steps", "3",
+                    "--speculative-eagle-topk", "1", "--moe-a2a-backend", "deepep"]
+    assert sglang.tuning_args({"speculative_algorithm": "none"}) == []  # SGLang's default: no flag at all
+    assert sglang.gpus_needed({"tp_size": 8, "attn_dp_size": 8}) == 8  # attention DP lives inside the TP group

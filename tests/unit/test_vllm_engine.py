@@ -89,7 +89,7 @@ def test_parallel_layout_is_one_choice_for_the_whole_split(vllm):
 
 
 def test_space_with_unknown_param_or_value_is_refused_with_the_valid_names(vllm):
-    with pytest.raises(EngineError, match=r"'max_num_seq' is not a vllm param \(known: async_scheduling, "):
+    with pytest.raises(EngineError, match=r"'max_num_seq' is not a vllm param \(known: all2all_backend, async_scheduling, "):
         vllm.check_space(["max_num_seq"], {})
     with pytest.raises(EngineError, match=r"'kv_cache_dtype': 'fp9' is not accepted by vllm"):
         vllm.check_space(["kv_cache_dtype"], {"kv_cache_dtype": ["auto", "fp9"]})
@@ -193,3 +193,68 @@ def test_version_and_binary(vllm, monkeypatch, tmp_path):
 def test_float_steps_reach_the_engine_without_binary_noise(vllm):
     # Optuna samples 0.8500000000000001 from a float param with step 0.05.
     assert vllm.tuning_args({"gpu_memory_utilization": 0.8500000000000001}) == ["--gpu-memory-utilization", "0.85"]
+
+
+def test_the_moe_knobs_use_vllm_032_spellings(vllm):
+    args = vllm.tuning_args({"parallel_layout": "TP2xDP4", "enable_expert_parallel": True,
+                             "all2all_backend": "deepep_low_latency", "enable_eplb": True, "enable_dbo": True,
+                             "decode_context_parallel_size": 2, "disable_custom_all_reduce": True})
+    assert args == ["--tensor-parallel-size", "2", "--data-parallel-size", "4", "--enable-expert-parallel",
+                    "--all2all-backend", "deepep_low_latency", "--enable-eplb", "--enable-dbo",
+                    "--decode-context-parallel-size", "2", "--disable-custom-all-reduce"]
+
+
+def test_cuda_graph_mode_and_mtp_are_json_configs_and_their_defaults_pass_nothing(vllm):
+    assert vllm.tuning_args({"cudagraph_mode": "FULL_DECODE_ONLY"}) == [
+        "--compilation-config", '{"cudagraph_mode": "FULL_DECODE_ONLY"}']
+    assert vllm.tuning_args({"mtp_draft_tokens": 2}) == [
+        "--speculative-config", '{"method": "mtp", "num_speculative_tokens": 2}']
+    assert vllm.tuning_args({"cudagraph_mode": "auto", "mtp_draft_tokens": 0}) == []
+    # The experiment's fixed --compilation-config is not mistaken for a param's value.
+    assert "cudagraph_mode" not in vllm.effective({}, ["--compilation-config", '{"mode": 3}'])
+
+
+def test_tp_x_dp_with_expert_parallel_occupies_every_rank_and_dcp_none_more(vllm):
+    assert vllm.gpus_needed({"parallel_layout": "TP2xDP4", "enable_expert_parallel": True}) == 8
+    assert vllm.gpus_needed({"parallel_layout": "TP8", "decode_context_parallel_size": 4}) == 8  # DCP reuses TP
+    glm5 = {"gpus": 8, "num_experts": 256, "num_attention_heads": 64, "num_key_value_heads": 64,
+            "kv_lora_rank": 512, "num_nextn_predict_layers": 1}
+    assert vllm.infeasible({"parallel_layout": "TP1xDP8", "enable_expert_parallel": True, "enable_eplb": True,
+                            "decode_context_parallel_size": 1, "mtp_draft_tokens": 3}, glm5) == []
+    assert vllm.infeasible({"parallel_layout": "TP8", "decode_context_parallel_size": 8}, glm5) == []  # MLA
+
+
+@pytest.mark.parametrize("params, context, rule", [
+    ({"enable_eplb": True, "tensor_parallel_size": 2}, {}, "enable_eplb balances expert-parallel ranks"),
+    ({"enable_expert_parallel": True, "tensor_parallel_size": 2, "enable_dbo": True}, {},
+     "enable_dbo (microbatching) runs only over all2all_backend deepep_low_latency"),
+    ({"enable_expert_parallel": True, "tensor_parallel_size": 2, "all2all_backend": "moonep", "enable_eplb": True},
+     {}, "moonep does not support enable_eplb"),
+    ({"moe_backend": "flashinfer_moe_ep_cutedsl", "tensor_parallel_size": 2}, {}, "needs enable_expert_parallel"),
+    ({"moe_backend": "flashinfer_moe_ep_cutedsl", "enable_expert_parallel": True, "tensor_parallel_size": 2,
+      "all2all_backend": "deepep_low_latency"}, {}, "dispatches and combines itself"),
+    ({"parallel_layout": "TP2xPP4", "decode_context_parallel_size": 4}, {},
+     "decode_context_parallel_size = 4 must divide TP = 2"),
+    ({"tensor_parallel_size": 8, "decode_context_parallel_size": 2}, {"num_key_value_heads": 8},
+     "without MLA needs TP = 8 above the model's 8 KV heads"),
+    ({"tensor_parallel_size": 8, "decode_context_parallel_size": 4},
+     {"num_attention_heads": 32, "num_key_value_heads": 4}, "more than TP / KV heads = 8/4"),
+    ({"tensor_parallel_size": 8, "decode_context_parallel_size": 2},
+     {"num_attention_heads": 12, "num_key_value_heads": 4}, "must divide the model's 3 query heads per KV head"),
+    ({"mtp_draft_tokens": 1}, {"num_nextn_predict_layers": 0}, "the model has no multi-token-prediction layers"),
+    ({"mtp_draft_tokens": 3}, {"num_nextn_predict_layers": 2}, "must be a multiple of the model's 2 MTP layers"),
+])
+def test_moe_dcp_and_mtp_rules_are_vllms_own(vllm, params, context, rule):
+    broken = vllm.infeasible(params, {"gpus": 8, **context})
+    assert any(rule in b for b in broken), broken
+
+
+def test_model_facts_tell_mla_and_mtp_layers(tmp_path):
+    import json
+
+    from autotuner.engines.model_facts import read_model_facts
+
+    (tmp_path / "config.json").write_text(json.dumps({"num_attention_heads": 64, "kv_lora_rank": 512,
+                                                      "num_nextn_predict_layers": 1, "n_routed_experts": 256}))
+    facts = read_model_facts(tmp_path)
+    assert facts["kv_lora_rank"] == 512 and facts["num_nextn_predict_layers"] == 1 and facts["num_experts"] == 256
