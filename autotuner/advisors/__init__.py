@@ -22,6 +22,11 @@ from autotuner.core.record import TrialView
 from autotuner.report.diagnosis import Limit, binding_limit
 
 
+class AdviceError(Exception):
+    """Why an advisor has no proposal this time, in one line (the driver says it once): an endpoint that did
+    not answer, or answered something that is not proposals; a model that cannot estimate this study."""
+
+
 @dataclass(frozen=True)
 class Proposal:
     params: dict[str, Any]  # the values that matter to the advisor; `complete` fits them to the space

@@ -22,7 +22,7 @@ from typing import Any
 
 import httpx
 
-from autotuner.advisors import Proposal, StudySoFar
+from autotuner.advisors import AdviceError, Proposal, StudySoFar
 from autotuner.config import BoolParam, CategoricalParam, FloatParam, IntParam, LlmAdvisorConfig
 from autotuner.config.space import SearchSpace
 
@@ -37,10 +37,6 @@ minutes of measurement. Read the evidence (what bound each trial: queueing, KV c
 failures and their log lines) and propose up to {n} configurations that were not measured yet, most \
 promising first, each with a one-line reason that cites the evidence. Use only the params and values of \
 the search space. Answer with JSON only."""
-
-
-class AdviceError(Exception):
-    """The endpoint did not answer, or answered something that is not proposals."""
 
 
 class LlmAdvisor:

@@ -115,6 +115,9 @@ class ModelConfig(_Strict):
 class HardwareConfig(_Strict):
     gpus: int = Field(0, ge=0, description="GPUs the engine may use.")
     cpus: int | None = Field(None, gt=0, description="CPU cores the engine may use (default: all).")
+    gpu_system: str | None = Field(
+        None, pattern=r"^[a-z0-9_]+$", description="The GPU system as AIConfigurator names it (e.g. h100_sxm), for "
+        "the performance-model advisor (default: from the host's GPU name).")
 
 
 class WorkloadConfig(_Strict):
@@ -342,7 +345,7 @@ class ConfirmConfig(_Strict):
                          "winner is the best median of these.")
 
 
-AdvisorName = Literal["engine", "earlier-studies"]
+AdvisorName = Literal["engine", "earlier-studies", "performance-model"]
 ADVISORS: tuple[AdvisorName, ...] = ("earlier-studies", "engine")
 
 
@@ -485,8 +488,10 @@ class ExperimentConfig(_Strict):
     advisors: list[AdvisorEntry] = Field(
         default_factory=lambda: list[AdvisorEntry](ADVISORS),
         description="Who proposes configs before the sampler, in this order (autotuner/advisors/): the confirmed "
-                    "winners of earlier studies in the same storage, the engine's own knowledge, and "
-                    "{llm: {base_url, model, api_key_env}} for a language model. [] : the sampler alone.")
+                    "winners of earlier studies in the same storage, the engine's own knowledge, "
+                    "performance-model for AIConfigurator's predicted best (the optional extra "
+                    "autotuner[aiconfigurator]), and {llm: {base_url, model, api_key_env}} for a language model. "
+                    "[] : the sampler alone.")
 
     @field_validator("quality", mode="before")
     @classmethod

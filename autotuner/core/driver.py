@@ -29,10 +29,11 @@ import optuna
 from optuna.trial import TrialState
 
 from autotuner import quality
-from autotuner.advisors import Advisor, Proposal, StudySoFar, complete
+from autotuner.advisors import AdviceError, Advisor, Proposal, StudySoFar, complete
 from autotuner.advisors.earlier_studies import EarlierStudies
 from autotuner.advisors.engine_knowledge import EngineKnowledge
-from autotuner.advisors.llm import AdviceError, LlmAdvisor
+from autotuner.advisors.llm import LlmAdvisor
+from autotuner.advisors.performance_model import performance_model
 from autotuner.config import Experiment, recheck
 from autotuner.config.space import RandomSuggester, SearchSpace
 from autotuner.core import bans, record, stopping, winner
@@ -310,6 +311,8 @@ class StudyDriver:
             elif entry == "earlier-studies":
                 made.append(EarlierStudies(self.cfg.study.storage, self.cfg.study_name, self.engine.name, self.host,
                                            settings(self.exp)))
+            elif entry == "performance-model":
+                made.append(performance_model(self.exp, self.engine, self.engine_version, self.host.get("gpu_names")))
             else:
                 made.append(LlmAdvisor(entry.llm, self.engine.name, self.engine.describe, status=self._status))
         return made

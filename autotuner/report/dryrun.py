@@ -19,6 +19,8 @@ import optuna
 from optuna.trial import TrialState
 
 from autotuner.advisors import StudySoFar, complete
+from autotuner.advisors.aic_runner import CannotEstimate
+from autotuner.advisors.performance_model import PerformanceModel, performance_model
 from autotuner.config import Experiment
 from autotuner.config.space import SearchSpace
 from autotuner.core.launch import planned
@@ -54,35 +56,58 @@ def dry_run(exp: Experiment, engine: Engine, n: int, echo: Callable[[str], None]
         study.enqueue_trial({}, user_attrs={"baseline": True})
     for params in cfg.enqueue:
         study.enqueue_trial(dict(params), user_attrs={"enqueued": True})
-    if "engine" in cfg.advisors:  # what the engine advisor starts from (earlier studies: the storage is not read)
-        so_far = StudySoFar(trials=[], space=space, load_key=load_kind(cfg.load), max_load=cfg.load.max_load,
-                            cpus=cfg.hardware.cpus or os.cpu_count() or 1, gpus=cfg.hardware.gpus,
-                            metric=cfg.objective.metric, direction=cfg.objective.direction, defaults=engine.defaults())
-        for p in engine.advise(so_far):
-            study.enqueue_trial(complete(p.params, space, so_far.defaults), user_attrs={"proposed_by": "engine",
+    so_far = StudySoFar(trials=[], space=space, load_key=load_kind(cfg.load), max_load=cfg.load.max_load,
+                        cpus=cfg.hardware.cpus or os.cpu_count() or 1, gpus=cfg.hardware.gpus,
+                        metric=cfg.objective.metric, direction=cfg.objective.direction, defaults=engine.defaults())
+    model = _performance_model(exp, engine, echo)
+    # What the advisors start from, in the experiment's order (earlier studies: the storage is not read).
+    for entry in cfg.advisors:
+        proposals = engine.advise(so_far) if entry == "engine" else \
+            model.propose(so_far) if entry == "performance-model" and model else []
+        for p in proposals:
+            study.enqueue_trial(complete(p.params, space, so_far.defaults), user_attrs={"proposed_by": entry,
                                                                                         "reason": p.reason})
-    infeasible = 0
+    rows = []
     for _ in range(n):
         trial = study.ask()
         baseline = bool(trial.user_attrs.get("baseline"))
         params = {} if baseline else space.suggest(trial)
-        title = "baseline: engine defaults" if baseline else " ".join(f"{k}={_show(v)}" for k, v in params.items())
+        rows.append((trial, params, space.broken_constraints(params) + engine.infeasible(params, facts)))
+        # Failed trials teach the sampler nothing: it samples as it would before any result came in.
+        study.tell(trial, state=TrialState.FAIL)
+    predicted = model.predict([p for _, p, _ in rows]) if model else [None] * len(rows)
+    infeasible = 0
+    for (trial, params, broken), guess in zip(rows, predicted, strict=True):
+        title = "baseline: engine defaults" if trial.user_attrs.get("baseline") else \
+            " ".join(f"{k}={_show(v)}" for k, v in params.items())
         echo("")
         echo(f"# trial {trial.number}: {title or '(defaults)'}")
         if trial.user_attrs.get("proposed_by"):
             echo(f"#   by {trial.user_attrs['proposed_by']}: {trial.user_attrs['reason']}")
-        broken = space.broken_constraints(params) + engine.infeasible(params, facts)
         if broken:
             infeasible += 1
             for rule in broken:
                 echo(f"#   infeasible: {rule}")
         else:  # the trial's launch, the Docker launcher's host port left to the daemon as in a trial
+            if guess and model and trial.user_attrs.get("proposed_by") != "performance-model":
+                echo(f"#   {model.reason(guess)}")
             echo(planned(exp, engine, params, port=DRY_RUN_PORT, binary=binary).command)
-        # Failed trials teach the sampler nothing: it samples as it would before any result came in.
-        study.tell(trial, state=TrialState.FAIL)
     echo("")
     echo(f"# {n - infeasible} launchable, {infeasible} infeasible (an infeasible config costs no launch)")
     return infeasible
+
+
+def _performance_model(exp: Experiment, engine: Engine, echo: Callable[[str], None]) -> PerformanceModel | None:
+    """The performance-model advisor when the experiment lists it and it can estimate; else None (said why)."""
+    if "performance-model" not in exp.config.advisors:
+        return None
+    model = performance_model(exp, engine, None, None)  # the GPU: hardware.gpu_system (a dry run may run anywhere)
+    try:
+        echo(f"# advisor performance-model: predictions by {model.label}, a prior, not a measurement")
+    except CannotEstimate as e:
+        echo(f"# advisor performance-model steps aside: {e}")
+        return None
+    return model
 
 
 def _show(value: object) -> str:

@@ -68,3 +68,19 @@ def sglang_parser_dir() -> Path:
     put on the vLLM venv's path to check our SGLang flags against SGLang's own parser
     (scripts/setup-vllm.sh --sglang-parser)."""
     return cache_dir() / f"sglang-{SGLANG_VERSION}-parser"
+
+
+AIC_VERSION = "0.12.0"  # AIConfigurator, the performance-model advisor's estimator: the pin in pyproject.toml
+
+
+def aic_venv() -> Path:
+    """Where AIConfigurator may be installed apart from the tuner (its dependencies are heavy): once per version."""
+    return cache_dir() / f"aiconfigurator-{AIC_VERSION}"
+
+
+def aic_python() -> Path | None:
+    """The python that imports AIConfigurator: $AUTOTUNER_AIC_PYTHON, else its cached venv's, else None."""
+    if env := os.environ.get("AUTOTUNER_AIC_PYTHON"):
+        return Path(env)
+    python = aic_venv() / "bin" / "python"
+    return python if python.exists() else None
