@@ -108,12 +108,6 @@ def run(
         # No terminal, or --parallel workers (they run unattended): nobody to ask, proposals are taken.
         if advice == "ask" and (worker is not None or parallel > 1 or not sys.stdin.isatty()):
             advice = "auto"
-        if exp.config.kernels is not None:  # once, before the first trial; --parallel workers find it done
-            from autotuner.core import preflight
-            from autotuner.stages import kernel_stage
-
-            exp, _ = kernel_stage.prepare(exp, preflight.check(exp), lambda line: typer.echo(line, err=True),
-                                          run_jobs=worker is None)
         tuner = _make_tuner(exp, tracking_uri, results, pool=_pool(exp, parallel, gpus), worker=worker, advice=advice)
     except ConfigError as e:
         _fail(str(e))
@@ -243,6 +237,11 @@ def _make_tuner(exp, tracking_uri: str | None, results: Path, pool=None, worker:
     launcher = make_launcher(exp, progress=lambda line: typer.echo(line, err=True))
     if cfg.hardware.gpus > 0 and worker is None:  # --parallel workers: their parent checked already
         _gpu_preflight(exp, launcher, binary, pool)
+    if cfg.kernels is not None:  # after the preflight, once before the first trial; workers find it done
+        from autotuner.stages import kernel_stage
+
+        exp, _ = kernel_stage.prepare(exp, engine, lambda line: typer.echo(line, err=True), run_jobs=worker is None)
+        launcher = make_launcher(exp, progress=lambda line: typer.echo(line, err=True))  # with the tuned kernels
     engine_version = None
     if cfg.launcher == "docker":  # the engine that runs is the image's, not a host binary
         engine_version = cast("DockerLauncher", launcher).engine_version(engine, {"autotuner.study": cfg.study_name})

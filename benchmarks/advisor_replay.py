@@ -145,10 +145,11 @@ def run_study(land: Landscape, folder: Path, sampler: str, advisors: list[str], 
         return TrialResult("COMPLETE", values=values, level_metrics=metrics)
 
     driver = StudyDriver(exp, engine=get_engine("llamacpp"), launcher=ProcessLauncher(folder / "procs"),
-                         tracker=MlflowTracker(root=folder / "mlruns"), results_dir=folder / "results",
+                         tracker=MlflowTracker(root=folder.parent / "mlruns"), results_dir=folder / "results",
                          progress=lambda total: Progress(total, "output_tok_per_s", Console(file=io.StringIO())))
     driver.executor.run = lookup  # type: ignore[method-assign]  # the one replaced part: a launch is a lookup
-    driver.callbacks = []  # no report, plots or MLflow runs: outputs only, they decide nothing (and cost seconds)
+    driver.callbacks = []  # no report, plots or MLflow runs: outputs only, they decide nothing (and cost seconds;
+    # the studies share one MLflow store, made once)
     driver.run(budget)
     return spent
 

@@ -81,11 +81,23 @@ class LlmAdvisor:
         except httpx.HTTPError as e:
             raise AdviceError(f"{type(e).__name__}: {e}") from None
         if reply.status_code != 200:
-            raise AdviceError(f"HTTP {reply.status_code}: {reply.text[:200]}")
-        answer = reply.json()
+            raise AdviceError(f"HTTP {reply.status_code}: {self._without_key(reply.text[:200])}")
+        try:
+            answer = reply.json()
+        except ValueError:  # a proxy's or a login page's HTML: no OpenAI-style endpoint
+            kind = reply.headers.get("content-type", "no content type")
+            raise AdviceError(f"HTTP 200 but not JSON ({kind})") from None
+        if not isinstance(answer, dict):
+            raise AdviceError("HTTP 200 but not an OpenAI-style answer")
         if (answer.get("choices") or [{}])[0].get("finish_reason") == "length":
             raise AdviceError(f"the answer was cut at max_tokens ({s.max_tokens}): raise llm.max_tokens")
         return parse(answer_text(answer, s.api), study.space)
+
+
+    def _without_key(self, text: str) -> str:
+        """An error body as the progress may show it: some gateways echo the key they refused."""
+        key = self._headers.get("Authorization", "").removeprefix("Bearer ")
+        return text.replace(key, "***") if key else text
 
 
 def schema(space: SearchSpace, n: int) -> dict[str, Any]:

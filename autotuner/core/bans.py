@@ -4,7 +4,9 @@ A trial that failed as `bad-flag` or `backend` (the engine rejected a flag's val
 cannot run) settles more than its own config when its log line names exactly one of the trial's params,
 by flag or by value: "--attention-backend: invalid choice 'FLASHINFER'", "Invalid attention backend:
 TRITON_MLA". Any config holding that value is then infeasible for this engine version, with the
-failure as its reason. A line naming no param, or several, bans nothing (the config alone is settled).
+failure as its reason. A line naming no param, or several, bans nothing (the config alone is settled),
+and neither does one naming a value some launch of this version ran with (then the refusal was of a
+combination: "FLASHINFER does not support an fp8 KV cache" names only the backend).
 """
 
 from __future__ import annotations
@@ -36,13 +38,15 @@ class Ban:
 def learned(trials: Iterable[TrialView], flag_text: Callable[[str, Any], str], engine_version: str | None) -> list[Ban]:
     """The bans the failed trials of this engine version teach. `flag_text(param, value)`: the value as
     the engine's command line writes it (e.g. "--attention-backend FLASHINFER")."""
+    this_version = [t for t in trials if t.engine_version in (None, engine_version)]
+    # A value some launch ran with is no value the build refuses: the refusal was of a combination.
+    worked = {(p, repr(v)) for t in this_version if t.state in ("COMPLETE", "PRUNED") for p, v in t.params.items()}
     bans = []
-    for t in trials:
-        if (t.state != "FAIL" or t.failure_class not in REFUSALS or t.baseline or not t.failure_reason
-                or t.engine_version not in (None, engine_version)):
+    for t in this_version:
+        if t.state != "FAIL" or t.failure_class not in REFUSALS or t.baseline or not t.failure_reason:
             continue
         named = [(p, v) for p, v in t.params.items() if names(t.failure_reason, flag_text(p, v), v)]
-        if len(named) == 1:
+        if len(named) == 1 and (named[0][0], repr(named[0][1])) not in worked:
             bans.append(Ban(named[0][0], named[0][1], t.number, t.failure_class, t.failure_reason))
     return bans
 

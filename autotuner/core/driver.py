@@ -393,7 +393,7 @@ class StudyDriver:
 
     def _learn_bans(self, progress: Progress) -> None:
         """Values this engine version refused (core.bans): no proposer launches them again."""
-        views = [record.view(t) for t in self.study.get_trials(deepcopy=False, states=(TrialState.FAIL,))]
+        views = [record.view(t) for t in self.study.get_trials(deepcopy=False)]
         learned = bans.learned(views, lambda p, v: self.engine.describe({p: v}), self.engine_version)
         for ban in learned:
             if ban not in self.executor.bans:

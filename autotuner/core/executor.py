@@ -123,7 +123,7 @@ class TrialExecutor:
         self.answers, self.score = None, None
         self.on_level = on_level
         try:
-            broken = self.infeasible(params)
+            broken = self.infeasible(params, banned=trial is not None)  # a confirmation re-runs what ran
             if broken:
                 raise _Failed("infeasible", "; ".join(broken))
             units = self._lease(params, label, progress)
@@ -336,9 +336,10 @@ class TrialExecutor:
         return pruning.measured_scaling([t.user_attrs.get(record.LEVELS) or [] for t in finished],
                                         metric=self.cfg.objective.metric, load_key=load_key, max_load=max_load)
 
-    def infeasible(self, params: dict[str, Any]) -> list[str]:
+    def infeasible(self, params: dict[str, Any], *, banned: bool = True) -> list[str]:
+        """The rules `params` breaks: the space's, the engine's, and (`banned`) values this build refused."""
         return (self.space.broken_constraints(params) + self.engine.infeasible(params, self.facts)
-                + bans.broken(params, self.bans))
+                + (bans.broken(params, self.bans) if banned else []))
 
     def launch_spec(self, params: dict[str, Any], port: int, units: tuple[int, ...] = ()) -> LaunchSpec:
         """The engine's launch of `params` (autotuner.core.launch, as the launcher sees it), with the secrets'

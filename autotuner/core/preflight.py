@@ -55,7 +55,8 @@ def _check_env_params_not_fixed(exp: Experiment) -> None:
     """A variable the space searches must not also be fixed by the experiment: the fixed value would win
     over every sampled one (launch.launch_spec, docker_command.environment) and the study measure nothing."""
     docker_env = exp.config.docker.env if exp.config.docker else {}
-    for field, fixed in (("env", exp.config.env), ("docker.env", docker_env)):
+    passed = dict.fromkeys(exp.config.docker.pass_env) if exp.config.docker else {}  # the caller's value wins too
+    for field, fixed in (("env", exp.config.env), ("docker.env", docker_env), ("docker.pass_env", passed)):
         for param, variable in exp.space.env_params.items():
             if variable in fixed:
                 raise ConfigError(f"{exp.source}: field '{field}': {variable} is searched by the space's param "

@@ -29,7 +29,9 @@ class StopDecision:
     message: str
 
 
-START_FAILURES = ("exited-at-start", "startup-timeout", "oom", "backend", "bad-flag")
+# A host or image fault shows as a server that exits or never answers; running out of memory or refusing a
+# flag's value depends on the config (and reads alike for every config that does it), so it stops nothing.
+START_FAILURES = ("exited-at-start", "startup-timeout")
 
 
 def same_start_failure(endings: Sequence[tuple[str | None, str | None]], n: int) -> StopDecision | None:

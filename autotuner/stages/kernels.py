@@ -44,21 +44,20 @@ class MoeTuner:
     config_env: str | None  # None: no variable points the server at one folder of tuned files
     source: str  # where the facts below come from
     dtypes: Mapping[str, str]  # quant method (or method:algo) -> the tuner's --dtype
-    extra_env: Mapping[str, str]  # more caches every trial shares (by subfolder of the engine's cache)
 
 
 # vLLM 0.32.0: fused_moe.get_moe_configs reads $VLLM_TUNED_CONFIG_FOLDER/<E,N,device,dtype>.json;
 # benchmarks/kernels/benchmark_moe.py --tune writes that file into --save-dir, for --dtype auto (the
 # model's bf16/fp16), fp8_w8a8 or int8_w8a16. FlashInfer tunes itself at start and keeps the result per
-# whole vLLM config hash (model_executor/warmup/flashinfer_autotune_cache.py), so it is not a job: every
-# trial shares VLLM_FLASHINFER_AUTOTUNE_CACHE_DIR and a config launched again starts tuned.
+# whole vLLM config hash (model_executor/warmup/flashinfer_autotune_cache.py), so it is not a job: it stays
+# in the study's writable engine cache (VLLM_CACHE_ROOT), not in the read-only kernel folder.
 VLLM_TUNER = MoeTuner(
     engine="vllm", script="/vllm-workspace/benchmarks/kernels/benchmark_moe.py",
-    config_env="VLLM_TUNED_CONFIG_FOLDER", source="vLLM 0.32.0 benchmarks/kernels/benchmark_moe.py",
+    config_env="VLLM_TUNED_CONFIG_FOLDER",
+    source="vLLM benchmarks/kernels/benchmark_moe.py (arguments as of commit 71acd375; the v0.32.0 tag not read)",
     dtypes={"": "auto", "fp8": "fp8_w8a8", "fbgemm_fp8": "fp8_w8a8", "fp8_per_block": "fp8_w8a8",
             "fp8_per_channel": "fp8_w8a8", "fp8_per_tensor": "fp8_w8a8", "modelopt:FP8": "fp8_w8a8",
-            "compressed-tensors:FLOAT-QUANTIZED": "fp8_w8a8", "experts_int8": "int8_w8a16"},
-    extra_env={"VLLM_FLASHINFER_AUTOTUNE_CACHE_DIR": "flashinfer-autotune"})
+            "compressed-tensors:FLOAT-QUANTIZED": "fp8_w8a8", "experts_int8": "int8_w8a16"})
 # SGLang 0.5.23: fused_moe_triton_config.get_moe_configs reads
 # $SGLANG_MOE_CONFIG_DIR/configs/triton_<Triton version>/<E,N,device,dtype>.json and lists that configs/
 # folder unguarded; the tuner (benchmark/kernels/fused_moe_triton/tuning_fused_moe_triton.py) writes the
@@ -68,8 +67,7 @@ SGLANG_TUNER = MoeTuner(
     engine="sglang", script="/sgl-workspace/sglang/benchmark/kernels/fused_moe_triton/tuning_fused_moe_triton.py",
     config_env=None, source="SGLang benchmark/kernels/fused_moe_triton/tuning_fused_moe_triton.py",
     dtypes={"": "auto", "fp8": "fp8_w8a8", "w8a8_int8": "int8_w8a8", "w8a8_fp8": "fp8_w8a8",
-            "modelopt:FP8": "fp8_w8a8", "compressed-tensors:FLOAT-QUANTIZED": "fp8_w8a8"},
-    extra_env={})
+            "modelopt:FP8": "fp8_w8a8", "compressed-tensors:FLOAT-QUANTIZED": "fp8_w8a8"})
 TUNERS = {t.engine: t for t in (VLLM_TUNER, SGLANG_TUNER)}
 
 # Quantizations whose experts never run the Triton fused-MoE kernel, and what runs them instead
@@ -204,9 +202,7 @@ def trial_env(exp: Experiment, engine: Engine, params: Mapping[str, Any]) -> dic
     if tuner.config_env is None:
         return {}
     base = PurePosixPath(KERNELS_MOUNT if exp.config.launcher == "docker" else str(cache_root(exp)))
-    env = {tuner.config_env: str(base / job.key)}
-    env.update({name: str(base / job.key.parts[0] / job.key.parts[1] / sub) for name, sub in tuner.extra_env.items()})
-    return env
+    return {tuner.config_env: str(base / job.key)}
 
 
 def with_cache_mount(exp: Experiment, *, writable: bool = False) -> Experiment:

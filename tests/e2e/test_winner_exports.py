@@ -112,7 +112,7 @@ def study(request, tmp_path_factory, tracker):
     storage = f"sqlite:///{d / 'study.db'}"
     cfg = exp.config.model_copy(update={"study": exp.config.study.model_copy(update={"storage": storage})})
     exp = exp.model_copy(update={"config": cfg})
-    engine = get_engine(cfg.engine)
+    engine = get_engine(cfg.engine, exp.space.env_params)
     params = winner_params(exp, engine)
     binary = None if cfg.launcher == "docker" else BINARIES[cfg.engine]
     optuna_study = open_study(cfg, n_levels=1)
@@ -183,17 +183,18 @@ def test_the_exports_carry_the_studys_gpus_environment_image_and_model(study):
     model = exp.model_path.resolve()
     model_flag = "--alias" if cfg.engine == "llamacpp" else "--served-model-name"
     assert docker[docker.index(model_flag) + 1] == cfg.model.name
+    path_flag = "--model-path" if cfg.engine == "sglang" else "--model"
     if cfg.launcher == "docker":
         assert command == docker  # the trial ran in a container: its command is the docker run line
         assert cfg.docker.image in docker and docker[docker.index("--entrypoint") + 2] == cfg.docker.image
-        in_container = docker[docker.index("--model") + 1]
+        in_container = docker[docker.index(path_flag) + 1]
         mounts = [docker[i + 1] for i, a in enumerate(docker) if a == "-v"]
         assert any(in_container.startswith(m.split(":")[1]) and str(model).startswith(m.split(":")[0])
                    for m in mounts)
         for volume in cfg.docker.volumes:
             assert f"{(exp.source.parent / volume.host).resolve()}:{volume.container}:ro" in mounts
     else:
-        assert command[command.index("--model") + 1] == str(exp.model_path)
+        assert command[command.index(path_flag) + 1] == str(exp.model_path)
         assert study["binary"] in command and "--port" in command
         assert command[command.index("--port") + 1] == str(launch.EXPORT_PORT)
 

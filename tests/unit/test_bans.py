@@ -38,6 +38,16 @@ def test_a_line_naming_no_param_or_several_bans_nothing():
     assert bans.learned([vague, both], flag_text, "0.32.0") == []
 
 
+def test_a_value_that_ran_in_another_config_is_never_banned():
+    refused = failed(4, {"attention_backend": "FLASHINFER", "kv_cache_dtype": "fp8"},
+                     "ValueError: Selected backend FLASHINFER is not valid for this configuration",
+                     failure_class="backend")
+    ran = TrialView(number=2, state="COMPLETE", params={"attention_backend": "FLASHINFER", "kv_cache_dtype": "auto"},
+                    values=[900.0], engine_version="0.32.0")
+    assert bans.learned([refused], flag_text, "0.32.0")  # alone, the line bans FLASHINFER
+    assert bans.learned([ran, refused], flag_text, "0.32.0") == []  # it ran: the refusal was of the pair
+
+
 def test_short_values_and_numbers_are_not_read_as_named():
     assert not bans.names("error: invalid value 16 at position 1", "--max-num-seqs 16", 16)
     assert not bans.names("error: invalid argument on line 3", "-fa on", "on")

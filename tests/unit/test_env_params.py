@@ -62,11 +62,12 @@ def test_a_value_the_allow_list_does_not_take_is_refused(tmp_path):
         preflight.check(exp)
 
 
-@pytest.mark.parametrize("fixed", ["env: {NCCL_PROTO: Simple}\n", "docker: {image: i, env: {NCCL_PROTO: Simple}}\n"])
+@pytest.mark.parametrize("fixed", ["env: {NCCL_PROTO: Simple}\n", "docker: {image: i, env: {NCCL_PROTO: Simple}}\n",
+                                   "docker: {image: i, pass_env: [NCCL_PROTO]}\n"])
 def test_a_searched_variable_the_experiment_also_fixes_is_refused(tmp_path, fixed):
     experiment = EXP.replace("docker: {image: vllm/vllm-openai:v0.32.0}\n", "") + fixed
     exp = _experiment(tmp_path, experiment=experiment)
-    with pytest.raises(ConfigError, match=r"exp.yaml: field '(docker\.)?env': NCCL_PROTO is searched by the space's "
+    with pytest.raises(ConfigError, match=r"exp.yaml: field '(docker\.)?(pass_)?env': NCCL_PROTO is searched by the space's "
                                           r"param 'nccl_proto'"):
         preflight.check(exp)
 

@@ -75,10 +75,15 @@ class Endpoint:
                 endpoint.requests.append((self.path, dict(self.headers), body))
                 time.sleep(endpoint.delay_s)
                 text = endpoint.answers[min(len(endpoint.requests), len(endpoint.answers)) - 1]
-                reply = json.dumps({"choices": [{"message": {"role": "assistant", "content": text}}]}).encode()
+                status, kind = 200, "application/json"
+                if isinstance(text, tuple):  # (status, content type, body): what some gateway answers instead
+                    status, kind, body_text = text
+                    reply = body_text.encode()
+                else:
+                    reply = json.dumps({"choices": [{"message": {"role": "assistant", "content": text}}]}).encode()
                 try:
-                    self.send_response(200)
-                    self.send_header("Content-Type", "application/json")
+                    self.send_response(status)
+                    self.send_header("Content-Type", kind)
                     self.send_header("Content-Length", str(len(reply)))
                     self.end_headers()
                     self.wfile.write(reply)
@@ -150,3 +155,19 @@ def test_an_llm_advisor_is_written_in_the_experiment(tmp_path: Path):
     lines: list[str] = []
     dry_run(exp, get_engine("llamacpp"), 2, lines.append)
     assert "# advisor llm: q at http://h/v1 (completions), asked whenever the queue is empty" in "\n".join(lines)
+
+
+def test_a_login_page_instead_of_an_api_counts_as_a_failed_answer_and_an_echoed_key_is_hidden(monkeypatch):
+    from autotuner.advisors.llm import LlmAdvisor
+    from tests.unit.test_advisors import so_far
+
+    monkeypatch.setenv("TUNER_KEY", "sk-secret-123")
+    gateway = [(200, "text/html", "<html>sign in</html>"), (401, "text/plain", "invalid key sk-secret-123")]
+    with Endpoint(gateway) as endpoint:  # type: ignore[arg-type]  # raw replies, not model texts
+        llm = LlmAdvisor(LlmAdvisorConfig(base_url=endpoint.url, model="m", api_key_env="TUNER_KEY"), "llamacpp",
+                         get_engine("llamacpp").describe)
+        with pytest.raises(AdviceError, match=r"HTTP 200 but not JSON \(text/html\)"):
+            llm.propose(so_far())
+        with pytest.raises(AdviceError, match=r"HTTP 401: invalid key \*\*\*$"):
+            llm.propose(so_far())
+    assert llm._failures == 2  # two of the three failed answers after which it steps aside

@@ -67,3 +67,5 @@ def test_the_same_start_failure_again_and_again_stops_the_study():
     assert same_start_failure([cuda, ("oom", "CUDA out of memory"), cuda], 3) is None  # not alike
     assert same_start_failure([("quality", "x")] * 3, 3) is None  # a measurement's failure: the configs'
     assert same_start_failure([cuda] * 5, 0) is None  # off
+    oom = ("oom", "No available memory for the cache blocks. Try increasing `gpu_memory_utilization`")
+    assert same_start_failure([oom] * 4, 3) is None  # the configs' own doing, however alike it reads

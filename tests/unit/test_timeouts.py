@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from autotuner.core.timeouts import FIRST_S, MIN_S, request_timeout
+from autotuner.core.timeouts import FIRST_S, MAX_S, MIN_S, request_timeout
 
 
 def timeout(**kw):
@@ -15,6 +15,8 @@ def test_a_slow_config_at_high_concurrency_gets_the_time_its_rate_needs():
     # 1024 requests share 500 tok/s: one of 512 tokens takes ~1049 s; the old fixed 900 s failed it.
     assert timeout() == 3 * 1024 * 512 / 500
     assert timeout(load=16, tok_per_s=2000.0) == MIN_S  # never under the floor
+    assert timeout(tok_per_s=50.0) == MAX_S  # a rate shown at a low load: no hours-long request
+    assert timeout(load=64, num_prompts=16, tok_per_s=10.0) == 3 * 16 * 512 / 10  # no more in flight than sent
 
 
 def test_the_experiments_timeout_wins_and_an_unmeasured_config_gets_the_first_guess():
@@ -23,7 +25,7 @@ def test_the_experiments_timeout_wins_and_an_unmeasured_config_gets_the_first_gu
 
 
 def test_a_request_rate_level_bounds_the_queue_by_its_requests_and_its_duration():
-    assert timeout(load_key="request_rate", load=4.0) == 3 * 2048 * 512 / 500
+    assert timeout(load_key="request_rate", load=4.0, num_prompts=512) == 3 * 512 * 512 / 500
     assert timeout(load_key="request_rate", load=4.0, duration_s=60.0) == 3 * 240 * 512 / 500
 
 
