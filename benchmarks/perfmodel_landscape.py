@@ -124,10 +124,11 @@ def run_study(land: Landscape, advisor: PerformanceModel, folder: Path, sampler:
         return TrialResult("COMPLETE", values=values, level_metrics=metrics)
 
     driver = StudyDriver(exp, engine=get_engine("vllm"), launcher=ProcessLauncher(folder / "procs"),
-                         tracker=MlflowTracker(root=folder / "mlruns"), results_dir=folder / "results",
+                         tracker=MlflowTracker(root=folder.parent / "mlruns"), results_dir=folder / "results",
                          engine_version=ENGINE_VERSION,
                          progress=lambda total: Progress(total, "output_tok_per_s", Console(file=io.StringIO())))
     driver.executor.run = lookup  # type: ignore[method-assign]  # the one replaced part: a launch is a lookup
+    driver.callbacks = []  # no report, plots or MLflow runs: outputs decide nothing (one shared store, made once)
     # The advisor's ranking is computed once for all studies (the same estimates; only time is saved).
     driver.advisors = [advisor if a.name == advisor.name else a for a in driver.advisors]
     driver.run(budget)
