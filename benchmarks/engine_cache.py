@@ -1,7 +1,7 @@
 """Start-to-ready of vLLM's CPU build with torch.compile on: the first launch of a config (an empty engine
 cache) against the second (the cache the first one filled), through the trial executor users run.
 
-Each repeat gets a fresh, empty per-study engine cache, then launches the same config twice in a row
+Each repeat gets a fresh study (and so an empty engine cache), then launches the same config twice in a row
 (first: cold, second: warm); a third launch with `engine_cache: false` is what every launch cost before
 (it still finds whatever vLLM keeps in the user's home, so it is pointed at an empty HOME of its own).
 The experiment is experiments/vllm-cpu.yaml without `--enforce-eager` (its default keeps torch.compile
@@ -33,7 +33,7 @@ from autotuner.launchers.process import ProcessLauncher  # noqa: E402
 from autotuner.tracking import MlflowTracker  # noqa: E402
 from autotuner.util import paths  # noqa: E402
 
-VLLM_PYTHON = paths.vllm_python()  # found before the runs point the user cache elsewhere
+VLLM_PYTHON = paths.vllm_python()  # found before the runs point HOME elsewhere
 
 
 def driver_for(folder: Path, engine_cache: bool) -> StudyDriver:
@@ -71,15 +71,14 @@ def main() -> int:
         for r in range(args.repeats):
             folder = Path(tmp) / f"r{r}"
             folder.mkdir()
-            os.environ["AUTOTUNER_CACHE"] = str(folder / "user-cache")  # a fresh, empty engine cache
-            os.environ["HOME"] = str(folder / "home")  # and nothing vLLM kept in a home folder
+            os.environ["HOME"] = str(folder / "home")  # nothing vLLM kept in a home folder (the study's cache: fresh)
             driver = driver_for(folder, engine_cache=True)
             cold.append(ready_s(driver, folder, "cold"))
             warm.append(ready_s(driver, folder, "warm"))
             os.environ["HOME"] = str(folder / "home-off")
             (folder / "off").mkdir()
             off.append(ready_s(driver_for(folder / "off", engine_cache=False), folder / "off", "off"))
-            cached = sum(1 for f in (folder / "user-cache" / "engine-cache").rglob("*") if f.is_file())
+            cached = sum(1 for f in (folder / "results").rglob("engine-cache/**/*") if f.is_file())
             print(f"repeat {r + 1}: first launch {cold[-1]:.1f} s, second {warm[-1]:.1f} s, "
                   f"without the cache {off[-1]:.1f} s ({cached} cached files)", flush=True)
 

@@ -468,7 +468,7 @@ class ExperimentConfig(_Strict):
     startup_timeout_s: float = Field(120.0, gt=0, description="Longest wait for the engine to be ready.")
     engine_cache: bool = Field(
         True, description="Keep the engine's compile, autotuning and download caches across the study's launches "
-                          "(a folder per study, engine version and device under the user cache, mounted into "
+                          "(results/<study>/engine-cache/, a folder per engine version and device, mounted into "
                           "containers): every launch after the first of a config starts warm.")
     engine_args: list[str] = Field(
         default_factory=list, description="Fixed extra engine arguments, added to every trial."

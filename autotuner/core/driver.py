@@ -53,7 +53,7 @@ from autotuner.node import host
 from autotuner.node.pool import Leases
 from autotuner.tracking import MlflowStudyLog, MlflowTracker
 from autotuner.tracking.artifacts import StudyArtifacts, settings
-from autotuner.util import locks, paths, secrets
+from autotuner.util import locks, secrets
 from autotuner.util.interrupts import StopRequests
 
 MAX_REASKS = 20  # re-proposals of measured configs in a row before an unmeasured one is drawn at random
@@ -663,11 +663,11 @@ class StudyDriver:
         return self.executor.launch_spec(params, port)
 
     def _engine_cache(self) -> Path:
-        """The study's engine cache: one folder per engine version and device, so that no build or GPU reads
-        another's compiled kernels."""
+        """The study's engine cache, beside its results: one folder per engine version and device, so that
+        no build or GPU reads another's compiled kernels."""
         device = self.host.get("gpu_names") or self.host.get("cpu_model") or "cpu"
         key = re.sub(r"[^A-Za-z0-9._-]+", "-", f"{self.engine.name}-{self.engine_version}-{device}").strip("-")
-        return paths.cache_dir() / "engine-cache" / self.cfg.study_name / key[:120]
+        return (self.workdir / "engine-cache" / key[:120]).resolve()
 
     def _engine_version(self) -> str:
         if not self.binary:
