@@ -57,6 +57,7 @@ DEFAULTS = {"parallel": 4, "cont_batching": True, "flash_attn": "on", "batch_siz
             "cache_type_k": "f16", "kv_unified": True}  # -np auto is 4 slots; threads: every core (max below)
 VARIANTS = {  # name -> (sampler, advisors)
     "tuner (tpe + advisors)": ("tpe", ["earlier-studies", "engine"]),
+    "+ neighbours": ("tpe", ["earlier-studies", "engine", "neighbours"]),
     "tpe, no advisors": ("tpe", []),
     "random": ("random", []),
 }

@@ -55,6 +55,7 @@ SYSTEM = "h100_sxm"
 ENGINE_VERSION = "0.32.0"  # the experiment's image; AIConfigurator's nearest vLLM database is used
 VARIANTS = {  # name -> (sampler, advisors)
     "tuner as shipped (tpe + engine)": ("tpe", ["earlier-studies", "engine"]),
+    "+ neighbours": ("tpe", ["earlier-studies", "engine", "neighbours"]),
     "tpe + performance model (circular)": ("tpe", ["performance-model", "earlier-studies", "engine"]),
     "tpe, no advisors": ("tpe", []),
     "random": ("random", []),

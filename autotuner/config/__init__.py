@@ -345,7 +345,7 @@ class ConfirmConfig(_Strict):
                          "winner is the best median of these.")
 
 
-AdvisorName = Literal["engine", "earlier-studies", "performance-model"]
+AdvisorName = Literal["engine", "earlier-studies", "performance-model", "neighbours"]
 ADVISORS: tuple[AdvisorName, ...] = ("earlier-studies", "engine")
 
 

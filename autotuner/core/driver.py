@@ -33,6 +33,7 @@ from autotuner.advisors import AdviceError, Advisor, Proposal, StudySoFar, compl
 from autotuner.advisors.earlier_studies import EarlierStudies
 from autotuner.advisors.engine_knowledge import EngineKnowledge
 from autotuner.advisors.llm import LlmAdvisor
+from autotuner.advisors.neighbours import Neighbours
 from autotuner.advisors.performance_model import performance_model
 from autotuner.config import Experiment, recheck
 from autotuner.config.space import RandomSuggester, SearchSpace
@@ -311,6 +312,8 @@ class StudyDriver:
             elif entry == "earlier-studies":
                 made.append(EarlierStudies(self.cfg.study.storage, self.cfg.study_name, self.engine.name, self.host,
                                            settings(self.exp)))
+            elif entry == "neighbours":
+                made.append(Neighbours())
             elif entry == "performance-model":
                 made.append(performance_model(self.exp, self.engine, self.engine_version, self.host.get("gpu_names")))
             else:

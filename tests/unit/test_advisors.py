@@ -185,3 +185,20 @@ def test_an_out_of_memory_failure_points_at_a_smaller_footprint():
                      metric="output_tok_per_s", direction="maximize")
     fraction, half = get_engine("vllm").advise(gpu)[1:]
     assert fraction.params["gpu_memory_utilization"] == 0.9 and half.params["max_num_seqs"] == 128
+
+
+def test_neighbours_turn_one_knob_of_the_best_by_one_notch_and_leave_every_other_slot_to_the_sampler():
+    from autotuner.advisors.neighbours import Neighbours, notches
+
+    best = TrialView(number=4, state="COMPLETE", params={"parallel": 4, "batch_size": 512, "cont_batching": True},
+                     values=[200.0], proposed_by="engine")
+    worse = TrialView(number=5, state="COMPLETE", params={"parallel": 1}, values=[100.0])
+    moves = [p.params for p in Neighbours().propose(so_far([best, worse]))]
+    assert moves[:4] == [{"parallel": 8, "batch_size": 512, "cont_batching": True},  # log scale: x2, /2
+                         {"parallel": 2, "batch_size": 512, "cont_batching": True},
+                         {"parallel": 4, "batch_size": 2048, "cont_batching": True},  # the next choice each way
+                         {"parallel": 4, "batch_size": 128, "cont_batching": True}]
+    assert moves[4] == {"parallel": 4, "batch_size": 512, "cont_batching": False}
+    mine = TrialView(number=6, state="COMPLETE", params={"parallel": 8}, values=[150.0], proposed_by="neighbours")
+    assert Neighbours().propose(so_far([best, worse, mine])) == []  # the sampler's turn
+    assert notches(LLAMA_SPACE.config.params["threads"], 2) == [1]  # never past an end
