@@ -693,7 +693,7 @@ class StudyDriver:
     def _study_params(self) -> dict[str, Any]:
         c = self.cfg
         return {"experiment": str(self.exp.source), "engine": c.engine, "model": str(self.exp.model_path),
-                "search_space": json.dumps(self.exp.space.model_dump(mode="json")),
+                "search_space": json.dumps(self.exp.space.model_dump(mode="json", exclude_defaults=True)),
                 "objective": c.objective.describe(),
                 "sampler": c.study.sampler, "pruner": c.study.pruner, "storage": c.study.storage,
                 "load": c.load.describe(),
