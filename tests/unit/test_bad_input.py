@@ -37,7 +37,7 @@ CASES = {
     "empty-levels": (EXP + "load: {max_concurrency: []}\n", SPACE,
                      "{exp}: field 'load.max_concurrency': List should have at least 1 item after validation, not 0 (got [])"),
     "unknown-advisor": (EXP + "advisors: [engin]\n", SPACE,
-                        "{exp}: field 'advisors.0': Input should be 'engine', 'earlier-studies' or 'performance-model' (got 'engin')"),
+                        "{exp}: field 'advisors.0': Input should be 'engine', 'earlier-studies', 'performance-model' or 'neighbours' (got 'engin')"),
     "bad-gpu-system": (EXP + "hardware: {gpu_system: H100 SXM}\n", SPACE,
                        "{exp}: field 'hardware.gpu_system': String should match pattern '^[a-z0-9_]+$' (got 'H100 SXM')"),
     "llm-advisor-without-url": (EXP + "advisors: [engine, {llm: {model: q}}]\n", SPACE,
