@@ -46,8 +46,9 @@ def test_the_test_extra_names_the_other_extras_instead_of_copying_them():
     copied = {_norm(Requirement(r).name) for r in extras["test"]} - {"pytest", "autotuner"}
     assert copied == set()
     assert "autotuner[all]" in extras["test"]
-    # all: every extra a user may want; lint (ruff, mypy) is for the test run only, so test names it apart
-    assert set(Requirement(extras["all"][0]).extras) == set(extras) - {"all", "test", "lint"}
+    # all: every extra a user may want; lint (ruff, mypy) is for the test run only, so test names it apart;
+    # aiconfigurator (851 MB of pandas, bokeh and its databases) goes into a venv of its own, never this one
+    assert set(Requirement(extras["all"][0]).extras) == set(extras) - {"all", "test", "lint", "aiconfigurator"}
     assert "autotuner[lint]" in extras["test"]
 
 
