@@ -369,7 +369,7 @@ def verdict(s: StudySummary) -> str:
     else:
         text = f"Best: trial #{b.number} at {b.median:,.1f} {s.metric}{_measured_as(s, b)}"
         if b.spread is not None:
-            text += f" (±{b.spread:.0%} within the run)"
+            text += f" (its rate moved ±{b.spread:.0%} over time within one measurement)"
         if s.baseline_value is not None and s.gain is not None:
             text += f", baseline {s.baseline_value:,.1f}: {s.gain:+.1%} over the engine defaults"
             if s.gain_range is not None:

@@ -95,8 +95,8 @@ def test_markdown_report_has_every_section():
     for heading in ("## Verdict", "## Environment", "## What was tried", "## Top 4", "## Limits and plateaus",
                     "## Next steps", "## Run the winner", "## Files"):
         assert heading in md
-    assert "- Best: trial #3 at 800.0 output_tok_per_s, a single measurement (provisional: not confirmed) (±3% " \
-           "within the run), baseline 400.0: +100.0% over the engine defaults; target 1,000.0: not met (20% short)." in md
+    assert "- Best: trial #3 at 800.0 output_tok_per_s, a single measurement (provisional: not confirmed) (its rate " \
+           "moved ±3% over time within one measurement), baseline 400.0: +100.0% over the engine defaults; target 1,000.0: not met (20% short)." in md
     assert "| GPUs | 8 × NVIDIA H200 |" in md and "| Driver / CUDA | 570.86 / 12.8 |" in md
     assert "GPU0\tX\tNV18" in md
     assert "| assert | 1 | GGML_ASSERT" in md
