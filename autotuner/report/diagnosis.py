@@ -14,10 +14,10 @@ Which limit binds, at a trial's best level, in this order:
 - `power`     (GPU telemetry) the GPUs drew at least `POWER_AT_LIMIT` of their power limit, and the
               driver capped them (power-violation time) or their SM clock ran below `CLOCK_THROTTLED` of
               its maximum: a higher power limit, or fewer watts per token, is what would help;
-- `communication` (GPU telemetry, two GPUs or more) PCIe ran at `PCIE_BUSY` or more of its link's
-              bandwidth while the SMs were busy less than `SM_BUSY` of the time: the GPUs wait on each
-              other (tensor-parallel all-reduce over PCIe, no NVLink): fewer GPUs per replica, other
-              layouts, or custom all-reduce settings are what to try;
+- `communication` (GPU telemetry, two GPUs or more) PCIe or NVLink ran at `LINK_BUSY` or more of its
+              bandwidth (the busier direction) while the SMs were busy less than `SM_BUSY` of the
+              time: the GPUs wait on each other (tensor-parallel all-reduce, expert all-to-all): fewer
+              GPUs per replica, other layouts, or all-reduce / all-to-all settings are what to try;
 - `compute`   every request was admitted and the cache had room, yet that is the rate: the processor
               is the limit at this load;
 - `unknown`   fewer than `MIN_SAMPLES` samples of the engine's metrics (a level shorter than about
@@ -44,7 +44,7 @@ CONVERGED_GAIN = 0.01  # best-so-far improvements smaller than this count as non
 EDGE_GAIN = 0.05       # best at a param's range edge, this much above the next value: widen the range
 POWER_AT_LIMIT = 0.95  # mean draw over the power limit that counts as at the limit
 CLOCK_THROTTLED = 0.9  # mean SM clock over its maximum below which the clocks count as held back
-PCIE_BUSY = 0.5        # mean PCIe throughput (the busier direction) over the link's maximum that counts as busy
+LINK_BUSY = 0.5        # mean PCIe or NVLink throughput (the busier direction) over its maximum that counts as busy
 SM_BUSY = 60.0         # mean SM utilisation (%) below which the GPUs count as waiting
 
 
@@ -103,12 +103,14 @@ def gpu_limit(level: Mapping[str, Any]) -> Limit | None:
     if power is not None and power >= POWER_AT_LIMIT and held_back:
         held = f"power-capped {capped:.0f}% of the time" if capped else f"SM clock at {clock:.0%} of its maximum"
         return Limit("power", f"the GPUs drew {power:.0%} of their power limit, {held}: power is the limit")
-    pcie = _num(level, "gpu_pcie_frac_mean")
+    links = [(frac, name) for name, key in (("PCIe", "gpu_pcie_frac_mean"), ("NVLink", "gpu_nvlink_frac_mean"))
+             if (frac := _num(level, key)) is not None]
     sm = _num(level, "gpu_sm_util_mean")
-    if (_num(level, "gpu_count") or 0.0) >= 2 and pcie is not None and pcie >= PCIE_BUSY and sm is not None \
-            and sm < SM_BUSY:
-        return Limit("communication", f"PCIe at {pcie:.0%} of its link while the SMs were busy {sm:.0f}% of the "
-                     "time: the GPUs wait on each other")
+    if (_num(level, "gpu_count") or 0.0) >= 2 and links and sm is not None and sm < SM_BUSY:
+        busiest, name = max(links)
+        if busiest >= LINK_BUSY:
+            return Limit("communication", f"{name} at {busiest:.0%} of its bandwidth while the SMs were busy "
+                         f"{sm:.0f}% of the time: the GPUs wait on each other")
     return None
 
 

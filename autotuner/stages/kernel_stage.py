@@ -105,8 +105,9 @@ def describe(exp: Experiment, engine: Engine, echo: Callable[[str], None]) -> ke
              "the jobs assume an unquantized MoE model")
     for line in plan.uncovered:
         echo(f"# not tuned: {line}")
+    variable = kernels.TUNERS[engine.name].config_env if engine.name in kernels.TUNERS else ""
     for job in plan.jobs:
-        echo(f"# {job.key}: {job.describe()}")
+        echo(f"# {job.key}: {job.describe()}; once tuned, its trials get {variable}={kernels.job_folder(exp, job)}")
         echo(planned_command(exp, engine, job))
     return plan
 
@@ -138,6 +139,8 @@ def run(exp: Experiment, engine: Engine, launcher: Launcher, echo: Callable[[str
             echo(f"kernels: {job.key}: tuned before, reused")
             continue
         folder.mkdir(parents=True, exist_ok=True)
+        for stale in kernels.tuned_files(folder):  # an unfinished earlier run's: not this run's results
+            (folder / stale).unlink()
         ctx = launcher.context(launch_context(exp, port=0, binary=None))
         spec = kernels.job_spec(exp, engine, job, ctx, python="python3" if docker else _python(engine))
         echo(f"kernels: {job.key}: tuning ({job.describe()}); log {folder / 'tuner.log'}")
@@ -146,7 +149,7 @@ def run(exp: Experiment, engine: Engine, launcher: Launcher, echo: Callable[[str
             result.failed.append((job, why))
             echo(f"kernels: {job.key}: failed: {why}; its trials use the engine's default configs")
             continue
-        files = sorted(p.name for p in folder.glob("*.json") if p.name != kernels.DONE_FILE)
+        files = kernels.tuned_files(folder)
         write_atomically(folder / kernels.DONE_FILE, json.dumps(
             {"job": job.describe(), "command": spec.command_line(), "files": files}, indent=1) + "\n")
         result.tuned.append(job)
@@ -175,7 +178,7 @@ def _run_one(launcher: Launcher, spec, folder: Path, exp: Experiment, job: kerne
             time.sleep(POLL_S)
     finally:
         launcher.stop(handle)
-    if not any(p.name != kernels.DONE_FILE for p in folder.glob("*.json")):
+    if not kernels.tuned_files(folder):
         last = tail(log, LOG_LINES).strip().splitlines()
         return f"the tuner wrote no config ({last[-1] if last else 'no output'})"
     return None

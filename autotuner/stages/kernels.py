@@ -18,6 +18,7 @@ Pure: reads the experiment and the model's config.json, never starts or writes a
 from __future__ import annotations
 
 import re
+import shlex
 from collections.abc import Mapping
 from dataclasses import dataclass
 from itertools import product
@@ -41,31 +42,39 @@ class MoeTuner:
 
     engine: str
     script: str  # where the engine's image keeps it
-    config_env: str | None  # None: no variable points the server at one folder of tuned files
+    config_env: str  # the variable that points the server at one folder of tuned files
     source: str  # where the facts below come from
     dtypes: Mapping[str, str]  # quant method (or method:algo) -> the tuner's --dtype
+    requires: str | None = None  # a module the tuner imports that the image may lack: installed first
+    # The server reads <folder>/configs/triton_<its Triton version>/: the job files the tuner's output there.
+    triton_versioned: bool = False
 
 
-# vLLM 0.32.0: fused_moe.get_moe_configs reads $VLLM_TUNED_CONFIG_FOLDER/<E,N,device,dtype>.json;
+# vLLM 0.32.0 (read in the release's source): fused_moe.get_moe_configs reads
+# $VLLM_TUNED_CONFIG_FOLDER/<E,N,device,dtype>.json before its packaged configs;
 # benchmarks/kernels/benchmark_moe.py --tune writes that file into --save-dir, for --dtype auto (the
-# model's bf16/fp16), fp8_w8a8 or int8_w8a16. FlashInfer tunes itself at start and keeps the result per
+# model's bf16/fp16), fp8_w8a8, int8_w8a16 or int4_w4a16 (4-bit experts run Marlin/WNA16 in the server,
+# so the stage does not tune for it). The script imports Ray, which vLLM's CUDA image does not install,
+# and is copied to /vllm-workspace/benchmarks in that image. FlashInfer tunes itself at start and keeps the result per
 # whole vLLM config hash (model_executor/warmup/flashinfer_autotune_cache.py), so it is not a job: it stays
 # in the study's writable engine cache (VLLM_CACHE_ROOT), not in the read-only kernel folder.
 VLLM_TUNER = MoeTuner(
     engine="vllm", script="/vllm-workspace/benchmarks/kernels/benchmark_moe.py",
-    config_env="VLLM_TUNED_CONFIG_FOLDER",
-    source="vLLM benchmarks/kernels/benchmark_moe.py (arguments as of commit 71acd375; the v0.32.0 tag not read)",
+    config_env="VLLM_TUNED_CONFIG_FOLDER", requires="ray",
+    source="vLLM benchmarks/kernels/benchmark_moe.py",
     dtypes={"": "auto", "fp8": "fp8_w8a8", "fbgemm_fp8": "fp8_w8a8", "fp8_per_block": "fp8_w8a8",
             "fp8_per_channel": "fp8_w8a8", "fp8_per_tensor": "fp8_w8a8", "modelopt:FP8": "fp8_w8a8",
             "compressed-tensors:FLOAT-QUANTIZED": "fp8_w8a8", "experts_int8": "int8_w8a16"})
-# SGLang 0.5.23: fused_moe_triton_config.get_moe_configs reads
-# $SGLANG_MOE_CONFIG_DIR/configs/triton_<Triton version>/<E,N,device,dtype>.json and lists that configs/
-# folder unguarded; the tuner (benchmark/kernels/fused_moe_triton/tuning_fused_moe_triton.py) writes the
-# file into its working folder. The stage runs it and keeps the file, but does not point trials at it
-# (no config_env) until it also knows the image's Triton version.
+# SGLang 0.5.23 (moe_runner/triton_utils/fused_moe_triton_config.py, get_moe_configs) reads
+# $SGLANG_MOE_CONFIG_DIR/configs/triton_<triton.__version__ with '_' for '.'>/<E,N,device,dtype>.json,
+# instead of its packaged configs; without that exact file it lists configs/ unguarded (a missing folder
+# crashes the server) for another Triton version's. The tuner
+# (benchmark/kernels/fused_moe_triton/tuning_fused_moe_triton.py) writes the file into its working folder,
+# so the job moves it into the folder of the image's own Triton version, in the same container.
 SGLANG_TUNER = MoeTuner(
     engine="sglang", script="/sgl-workspace/sglang/benchmark/kernels/fused_moe_triton/tuning_fused_moe_triton.py",
-    config_env=None, source="SGLang benchmark/kernels/fused_moe_triton/tuning_fused_moe_triton.py",
+    config_env="SGLANG_MOE_CONFIG_DIR", triton_versioned=True,
+    source="SGLang benchmark/kernels/fused_moe_triton/tuning_fused_moe_triton.py",
     dtypes={"": "auto", "fp8": "fp8_w8a8", "w8a8_int8": "int8_w8a8", "w8a8_fp8": "fp8_w8a8",
             "modelopt:FP8": "fp8_w8a8", "compressed-tensors:FLOAT-QUANTIZED": "fp8_w8a8"})
 TUNERS = {t.engine: t for t in (VLLM_TUNER, SGLANG_TUNER)}
@@ -193,16 +202,19 @@ def cache_root(exp: Experiment) -> Path:
 
 
 def trial_env(exp: Experiment, engine: Engine, params: Mapping[str, Any]) -> dict[str, str]:
-    """What points one launch at its job's results: the kernel cache as the server sees it (the mount in
-    a container, the host folder for a process). {} without a kernels section or a job."""
+    """What points one launch at its job's results once the job is done: the kernel cache as the server
+    sees it (the mount in a container, the host folder for a process). {} without a kernels section, a
+    job, or its results (a server pointed at a folder without them would fall back, or in SGLang crash).
+    Reads whether the job's folder holds DONE_FILE, nothing else."""
     job = job_for(exp, engine, params)
-    if job is None:
+    if job is None or not (cache_root(exp) / str(job.key) / DONE_FILE).is_file():
         return {}
-    tuner = TUNERS[engine.name]
-    if tuner.config_env is None:
-        return {}
-    base = PurePosixPath(KERNELS_MOUNT if exp.config.launcher == "docker" else str(cache_root(exp)))
-    return {tuner.config_env: str(base / job.key)}
+    return {TUNERS[engine.name].config_env: str(job_folder(exp, job))}
+
+
+def job_folder(exp: Experiment, job: TuningJob) -> PurePosixPath:
+    """A job's folder as its tuner and the trials see it: under the mount in a container, else on the host."""
+    return PurePosixPath(KERNELS_MOUNT if exp.config.launcher == "docker" else str(cache_root(exp))) / job.key
 
 
 def with_cache_mount(exp: Experiment, *, writable: bool = False) -> Experiment:
@@ -284,22 +296,43 @@ def job_spec(exp: Experiment, engine: Engine, job: TuningJob, ctx: LaunchContext
     port inside a container): it writes into the job's folder of the kernel cache."""
     tuner = TUNERS[engine.name]
     k = exp.config.kernels
-    docker = exp.config.launcher == "docker"
-    folder = str(PurePosixPath(KERNELS_MOUNT if docker else str(cache_root(exp))) / job.key)
+    folder = str(job_folder(exp, job))
     argv = tuner_argv(tuner, job, python=python, script=(k.script if k else None) or tuner.script,
-                      model=str(ctx.model_path), save_dir=folder, batch_sizes=k.batch_sizes if k else None)
-    return LaunchSpec(argv=argv, port=ctx.port, served_model_name="kernel-tuning", env=dict(exp.config.env),
-                      workdir=folder)
+                      model=str(ctx.model_path), save_dir=folder, batch_sizes=k.batch_sizes if k else None,
+                      trust_remote_code="--trust-remote-code" in exp.config.engine_args)
+    py = shlex.quote(python)
+    steps = [INSTALL_IF_MISSING.format(python=py, module=tuner.requires)] if tuner.requires else []
+    steps.append(shlex.join(argv))
+    steps += [INTO_TRITON_FOLDER.format(python=py)] if tuner.triton_versioned else []
+    return LaunchSpec(argv=["sh", "-c", " && ".join(steps)] if len(steps) > 1 else argv,
+                      port=ctx.port, served_model_name="kernel-tuning", env=dict(exp.config.env), workdir=folder)
+
+
+# Before a tuner that imports a module the engine's image may lack: install it into the throw-away
+# container (pip, else uv, which vLLM's image builds with) unless it is there.
+INSTALL_IF_MISSING = ('{{ {python} -c "import {module}" 2>/dev/null || {python} -m pip install --quiet {module} '
+                      "|| uv pip install --system --quiet {module}; }}")
+# After the tuner wrote its files into the working folder: move them where the server of the same image
+# looks, configs/triton_<Triton version, '.' -> '_'>/ (SGLang's get_moe_configs).
+INTO_TRITON_FOLDER = ("d=configs/triton_$({python} -c \"import triton; print(triton.__version__.replace('.', '_'))\") "
+                      '&& mkdir -p "$d" && mv E=*.json "$d"/')
+
+
+def tuned_files(folder: Path) -> list[str]:
+    """The tuned config files a job wrote, relative to its folder."""
+    return sorted(str(p.relative_to(folder)) for p in folder.rglob("*.json") if p.name != DONE_FILE)
 
 
 def tuner_argv(tuner: MoeTuner, job: TuningJob, *, python: str, script: str, model: str, save_dir: str,
-               batch_sizes: list[int] | None = None) -> list[str]:
-    """The tuner's command for one job. vLLM's writes into --save-dir; SGLang's into its working folder."""
+               batch_sizes: list[int] | None = None, trust_remote_code: bool = False) -> list[str]:
+    """The tuner's command for one job. vLLM's writes into --save-dir; SGLang's into its working folder.
+    `trust_remote_code`: the server runs the model's own code (vLLM's tuner reads its config with it)."""
     argv = [python, script, "--model", model, "--tp-size", str(job.moe_ranks)]
     if tuner.engine == "vllm":
         argv += ["--enable-expert-parallel"] if job.ep_size > 1 else []
         argv += ["--dtype", job.dtype, "--save-dir", save_dir]
         argv += ["--batch-size", *map(str, batch_sizes)] if batch_sizes else []
+        argv += ["--trust-remote-code"] if trust_remote_code else []
     else:
         argv += ["--ep-size", str(job.ep_size), "--dtype", job.dtype]
         argv += ["--batch-sizes", *map(str, batch_sizes)] if batch_sizes else []

@@ -1,14 +1,27 @@
 """GPU telemetry (`nvidia-smi dmon` and one `--query-gpu`) and the diagnosis classes it drives.
 
-No recorded dmon or query output with these columns was found (tests/data/gpu/README.md): the inputs
+No recorded dmon or query output with these columns was found (tests/data/gpu/README.md): those inputs
 below are written for these tests, in the layout `man nvidia-smi` documents, and are marked synthetic.
+The NVLink readers read recorded outputs.
 """
 
 from __future__ import annotations
 
+import os
+from pathlib import Path
+
 import pytest
 
-from autotuner.bench.gpu_telemetry import GpuLimits, GpuTelemetrySampler, parse_dmon, parse_limits, summarize
+from autotuner.bench.gpu_telemetry import (
+    GpuLimits,
+    GpuTelemetrySampler,
+    nvlink_rates,
+    parse_dmon,
+    parse_limits,
+    parse_nvlink_counters,
+    parse_nvlink_status,
+    summarize,
+)
 from autotuner.report.diagnosis import binding_limit, gpu_limit
 
 # Synthetic: two GPUs, two seconds, columns of `dmon -s pucvmt` (some drivers print more; `-` = unsupported).
@@ -106,3 +119,75 @@ def test_a_cpu_experiments_sampler_starts_nothing(monkeypatch):
     sampler.mark()
     assert sampler.level_metrics(0) == {} and started == []
     sampler.stop()
+
+
+# --- NVLink: `nvidia-smi nvlink --status` and `--getthroughput d`, recorded (tests/data/gpu/README.md) -----
+
+GPU_DATA = Path(__file__).resolve().parents[1] / "data" / "gpu"
+
+
+def recorded(name: str) -> str:
+    return (GPU_DATA / name).read_text()
+
+
+def test_nvlink_speeds_are_summed_over_each_gpus_active_links():
+    assert parse_nvlink_status(recorded("nvlink-status-8x-h800.txt")) == {
+        gpu: pytest.approx(8 * 26.562) for gpu in (0, 1, 7)}
+    assert parse_nvlink_status(recorded("nvlink-status-v100-two-inactive.txt")) == {3: pytest.approx(4 * 25.781)}
+    # A PCIe card (as newer and older drivers are reported to print it; not recorded): no NVLink.
+    assert parse_nvlink_status("GPU 0: NVIDIA RTX PRO 6000 (UUID: GPU-x)\nDevice does not have or support Nvlink\n") == {}
+    assert parse_nvlink_status("") == {}
+
+
+def test_nvlink_counters_are_kib_summed_over_links_and_na_is_left_out():
+    idle = parse_nvlink_counters(recorded("nvlink-gt-d-h800-gpu0-idle.txt"))
+    assert idle == {0: (5863784 + 5864084 + 5864630 + 5863784 + 4 * 5861984,
+                        5863677 + 5862999 + 5863940 + 5861984 + 5862774 + 5862696 + 5862999 + 5863146)}
+    assert parse_nvlink_counters("GPU 0: Tesla V100 (UUID: x)\n\t Link 0: Data Tx: N/A\n\t Link 0: Data Rx: N/A\n") == {}
+
+
+def test_nvlink_rates_between_two_readings_against_the_links_speed():
+    before = parse_nvlink_counters(recorded("nvlink-gt-d-h800-gpu0-idle.txt"))
+    after = parse_nvlink_counters(recorded("nvlink-gt-d-h800-gpu0-training.txt"))
+    speed = parse_nvlink_status(recorded("nvlink-status-8x-h800.txt"))
+    # The page does not say how far apart the readings were: an hour, for the arithmetic.
+    m = nvlink_rates(before, after, 3600.0, speed)
+    sent_gb = (after[0][0] - before[0][0]) * 1024 / 1e9
+    assert m["gpu_nvlink_tx_gbps_mean"] == pytest.approx(sent_gb / 3600)
+    assert m["gpu_nvlink_frac_mean"] == pytest.approx(max(m["gpu_nvlink_tx_gbps_mean"],
+                                                          m["gpu_nvlink_rx_gbps_mean"]) / (8 * 26.562))
+    assert nvlink_rates(after, before, 3600.0, speed) == {}  # counters went back: a driver reload, no rate
+    assert "gpu_nvlink_frac_mean" not in nvlink_rates(before, after, 3600.0, {})  # speed unknown: no fraction
+
+
+def test_busy_nvlink_and_idle_sms_is_communication_bound_and_the_busier_link_is_named():
+    limit = gpu_limit(gpus(gpu_pcie_frac_mean=0.1, gpu_nvlink_frac_mean=0.66, gpu_sm_util_mean=40))
+    assert limit is not None and limit.kind == "communication" and limit.why.startswith("NVLink at 66%")
+    assert gpu_limit(gpus(gpu_pcie_frac_mean=0.1, gpu_nvlink_frac_mean=0.3, gpu_sm_util_mean=40)) is None
+
+
+def test_the_sampler_reads_nvlink_at_each_levels_start_and_end(tmp_path, monkeypatch):
+    """A stand-in `nvidia-smi` on PATH that answers with the recorded H800 outputs: the first counter
+    reading idle, every later one the training reading."""
+    fake = tmp_path / "nvidia-smi"
+    fake.write_text(f"""#!/bin/sh
+case "$*" in
+  "nvlink --status") cat {GPU_DATA / 'nvlink-status-8x-h800.txt'} ;;
+  "nvlink --getthroughput d")
+    if [ -e {tmp_path}/read ]; then cat {GPU_DATA / 'nvlink-gt-d-h800-gpu0-training.txt'};
+    else touch {tmp_path}/read; cat {GPU_DATA / 'nvlink-gt-d-h800-gpu0-idle.txt'}; fi ;;
+  dmon*) exec sleep 30 ;;
+esac
+""")
+    fake.chmod(0o755)
+    monkeypatch.setenv("PATH", f"{tmp_path}:{os.environ['PATH']}")
+    sampler = GpuTelemetrySampler([0])
+    sampler.start()
+    try:
+        assert sampler.nvlink_gbps == {0: pytest.approx(8 * 26.562)}
+        sampler.mark()
+        m = sampler.level_metrics(0)
+        assert m["gpu_nvlink_tx_gbps_mean"] > 0 and 0 < m["gpu_nvlink_frac_mean"]
+        assert sampler.level_metrics(0) == m  # the end reading is taken once
+    finally:
+        sampler.stop()

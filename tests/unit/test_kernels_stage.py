@@ -24,8 +24,7 @@ GLM5 = REPO / "experiments" / "glm5-nvfp4-8x-rtx-pro-6000.yaml"
 
 def tuner_parser(engine: str) -> argparse.ArgumentParser:
     """The tuners' argument lists, recorded from their sources (option strings, choices, nargs):
-    vLLM benchmarks/kernels/benchmark_moe.py at vllm-project/vllm commit 71acd375 (the v0.32.0 tag itself
-    could not be fetched here); SGLang benchmark/kernels/fused_moe_triton/tuning_fused_moe_triton.py at
+    vLLM benchmarks/kernels/benchmark_moe.py in the vllm 0.32.0 release's source distribution; SGLang benchmark/kernels/fused_moe_triton/tuning_fused_moe_triton.py at
     sgl-project/sglang commit 00e96592."""
     p = argparse.ArgumentParser(exit_on_error=False)
     p.add_argument("--model", type=str)
@@ -34,7 +33,7 @@ def tuner_parser(engine: str) -> argparse.ArgumentParser:
     if engine == "vllm":
         p.add_argument("--tp-size", "-tp", "--tensor-parallel-size", type=int, default=2)
         p.add_argument("--enable-expert-parallel", "-enable-ep", action="store_true")
-        p.add_argument("--dtype", type=str, choices=["auto", "fp8_w8a8", "int8_w8a16"], default="auto")
+        p.add_argument("--dtype", type=str, choices=["auto", "fp8_w8a8", "int8_w8a16", "int4_w4a16"], default="auto")
         p.add_argument("--use-deep-gemm", action="store_true")
         p.add_argument("--save-dir", type=str, default="./")
         p.add_argument("--batch-size", type=int, nargs="+", required=False)
@@ -50,6 +49,22 @@ def tuner_parser(engine: str) -> argparse.ArgumentParser:
         p.add_argument("--search-space-file", type=str)
         p.add_argument("--disable-shared-experts-fusion", action="store_true")
     return p
+
+
+def site_with(tmp_path: Path, **modules: str) -> Path:
+    """A folder for PYTHONPATH with stand-in modules (name -> source): what the tuners' wrappers import
+    before and after the tuner (Ray, Triton's version), so a test never installs anything."""
+    site = tmp_path / "site"
+    for name, source in modules.items():
+        (site / name).mkdir(parents=True)
+        (site / name / "__init__.py").write_text(source)
+    return site
+
+
+def process_experiment(path: Path, site: Path):
+    exp = load_experiment(path)
+    return exp.model_copy(update={"config": exp.config.model_copy(
+        update={"launcher": "process", "env": {"PYTHONPATH": str(site)}})})
 
 
 def with_kernels(exp, model: Path | None = None, **settings):
@@ -147,11 +162,15 @@ def test_the_tuner_commands_parse_with_the_tuners_own_arguments(engine):
             assert (args.ep_size, args.batch_sizes) == (ep, [1, 64])
 
 
-def test_a_trial_of_a_tuned_shard_is_pointed_at_its_folder_in_the_mounted_cache(tmp_path):
+def test_a_trial_of_a_tuned_shard_is_pointed_at_its_folder_in_the_mounted_cache_once_tuned(tmp_path):
     exp = with_kernels(load_experiment(GLM5), model_dir(tmp_path, None), gpu="G", cache_dir=tmp_path / "kc")
     exp = kernels.with_cache_mount(exp)
-    line = shlex.split(planned(exp, get_engine("vllm"), {"parallel_layout": "TP4xPP2", "enable_expert_parallel": True},
-                               port=8000, binary=None).command)
+    params = {"parallel_layout": "TP4xPP2", "enable_expert_parallel": True}
+    assert "VLLM_TUNED_CONFIG_FOLDER" not in planned(exp, get_engine("vllm"), params, port=8000, binary=None).command
+    done = tmp_path / "kc/vllm-0.32.0/G/tp4-ep4-auto" / kernels.DONE_FILE
+    done.parent.mkdir(parents=True)
+    done.write_text("{}")
+    line = shlex.split(planned(exp, get_engine("vllm"), params, port=8000, binary=None).command)
     assert f"{tmp_path / 'kc'}:/autotuner-kernels:ro" in line
     assert "VLLM_TUNED_CONFIG_FOLDER=/autotuner-kernels/vllm-0.32.0/G/tp4-ep4-auto" in line
     assert "VLLM_FLASHINFER_AUTOTUNE_CACHE_DIR" not in line  # FlashInfer's own tuning: the writable engine cache
@@ -180,8 +199,7 @@ print("Writing best config", flush=True)
 def test_the_stage_runs_each_job_once_through_the_launcher_and_says_what_failed(tmp_path, monkeypatch):
     script = tmp_path / "tuner.py"
     script.write_text(STAND_IN_TUNER)
-    exp = load_experiment(GLM5)
-    exp = exp.model_copy(update={"config": exp.config.model_copy(update={"launcher": "process"})})
+    exp = process_experiment(GLM5, site_with(tmp_path, ray=""))
     exp = with_kernels(exp, model_dir(tmp_path, None), gpu="G", engine_version="0.32.0", cache_dir=tmp_path / "kc",
                        script=str(script))
     engine = get_engine("vllm")
@@ -197,3 +215,70 @@ def test_the_stage_runs_each_job_once_through_the_launcher_and_says_what_failed(
     assert "--enable-expert-parallel" in done["command"]
     again = kernel_stage.run(exp, engine, launcher, lines.append)
     assert len(again.cached) == 5 and not again.tuned and len(again.failed) == 1  # only the failed one reruns
+
+
+STAND_IN_SGLANG_TUNER = """\
+import argparse, json
+p = argparse.ArgumentParser()
+p.add_argument("--model"); p.add_argument("--tp-size", type=int); p.add_argument("--ep-size", type=int)
+p.add_argument("--dtype"); p.add_argument("--tune", action="store_true")
+a = p.parse_args()
+E = 256 // a.ep_size
+with open(f"E={E},N={3072 // (a.tp_size // a.ep_size)},device_name=G.json", "w") as f:  # its working folder
+    json.dump({"1": {"BLOCK_SIZE_M": 16}}, f)
+"""
+
+
+def test_sglang_jobs_file_their_configs_under_the_images_triton_version_and_trials_read_them(tmp_path, monkeypatch):
+    """SGLang 0.5.23 reads $SGLANG_MOE_CONFIG_DIR/configs/triton_<triton.__version__, '.' -> '_'>/<file>; the
+    job finds the version with the same interpreter that ran the tuner (here a `triton` of 3.5.1)."""
+    script = tmp_path / "tuner.py"
+    script.write_text(STAND_IN_SGLANG_TUNER)
+    exp = process_experiment(GLM5.with_name("glm5-nvfp4-8x-rtx-pro-6000-sglang.yaml"),
+                             site_with(tmp_path, triton='__version__ = "3.5.1"\n'))
+    exp = with_kernels(exp, model_dir(tmp_path, None), gpu="G",
+                       engine_version="0.5.23", cache_dir=tmp_path / "kc", script=str(script))
+    engine = get_engine("sglang")
+    params = {"tp_size": 8, "ep_size": 8}
+    assert kernels.trial_env(exp, engine, params) == {}  # not tuned yet: SGLang would crash on a missing configs/
+    monkeypatch.setattr(kernel_stage, "_python", lambda engine: sys.executable)
+    monkeypatch.setattr(kernel_stage, "POLL_S", 0.05)
+    result = kernel_stage.run(exp, engine, ProcessLauncher(tmp_path / "pids"), lambda line: None)
+    assert result.tuned and not result.failed
+    folder = tmp_path / "kc/sglang-0.5.23/G/tp8-ep8-auto"
+    assert kernels.tuned_files(folder) == ["configs/triton_3_5_1/E=32,N=3072,device_name=G.json"]
+    assert json.loads((folder / kernels.DONE_FILE).read_text())["files"] == kernels.tuned_files(folder)
+    assert kernels.trial_env(exp, engine, params) == {"SGLANG_MOE_CONFIG_DIR": str(folder)}
+
+
+def test_an_unfinished_runs_files_do_not_pass_for_a_failed_jobs_results(tmp_path, monkeypatch):
+    script = tmp_path / "tuner.py"
+    script.write_text("raise SystemExit('CUDA error: no device')\n")
+    exp = with_kernels(process_experiment(GLM5, site_with(tmp_path, ray="")), model_dir(tmp_path, None), gpu="G",
+                       engine_version="0.32.0", cache_dir=tmp_path / "kc", script=str(script))
+    stale = tmp_path / "kc/vllm-0.32.0/G/tp8-ep1-auto/E=256,N=1536,device_name=G.json"
+    stale.parent.mkdir(parents=True)
+    stale.write_text("{}")  # written, but the run stopped before done.json
+    monkeypatch.setattr(kernel_stage, "_python", lambda engine: sys.executable)
+    monkeypatch.setattr(kernel_stage, "POLL_S", 0.05)
+    result = kernel_stage.run(exp, get_engine("vllm"), ProcessLauncher(tmp_path / "pids"), lambda line: None)
+    assert not result.tuned and "tp8-ep1-auto" in " ".join(str(j.key) for j, _ in result.failed)
+    assert not stale.exists()
+
+
+def test_the_vllm_job_installs_ray_only_where_missing_and_passes_trust_remote_code_on(tmp_path):
+    """vLLM 0.32.0's benchmark_moe.py imports Ray, which its CUDA image lacks; a model the server runs with
+    --trust-remote-code has its config read by the tuner the same way."""
+    exp = load_experiment(GLM5)
+    exp = exp.model_copy(update={"config": exp.config.model_copy(
+        update={"engine_args": [*exp.config.engine_args, "--trust-remote-code"]})})
+    exp = with_kernels(exp, model_dir(tmp_path, None), gpu="G", cache_dir=tmp_path / "kc")
+    vllm = get_engine("vllm")
+    job = kernels.plan(exp, vllm).jobs[0]
+    ctx = kernel_stage.launch_context(exp, port=0, binary=None)
+    argv = kernels.job_spec(exp, vllm, job, ctx, python="python3").argv
+    assert argv[:2] == ["sh", "-c"]
+    install, tuner = argv[2].split(" && ")
+    assert install.startswith('{ python3 -c "import ray" 2>/dev/null || python3 -m pip install --quiet ray')
+    args = tuner_parser("vllm").parse_args(shlex.split(tuner)[2:])
+    assert args.trust_remote_code and args.tune and args.save_dir == f"/autotuner-kernels/{job.key}"  # the mount
