@@ -240,7 +240,8 @@ def _make_tuner(exp, tracking_uri: str | None, results: Path, pool=None, worker:
     if cfg.kernels is not None:  # after the preflight, once before the first trial; workers find it done
         from autotuner.stages import kernel_stage
 
-        exp, _ = kernel_stage.prepare(exp, engine, lambda line: typer.echo(line, err=True), run_jobs=worker is None)
+        exp, _ = kernel_stage.prepare(exp, engine, lambda line: typer.echo(line, err=True),
+                                      gpus=_preflight_gpus(exp, pool), run_jobs=worker is None)
         launcher = make_launcher(exp, progress=lambda line: typer.echo(line, err=True))  # with the tuned kernels
     engine_version = None
     if cfg.launcher == "docker":  # the engine that runs is the image's, not a host binary
@@ -255,6 +256,14 @@ def _make_tuner(exp, tracking_uri: str | None, results: Path, pool=None, worker:
 
 def _preflight_gpus(exp, pool) -> list[int]:
     return list(pool.pool.units) if pool is not None else list(range(exp.config.hardware.gpus))
+
+
+def _study_gpus(exp) -> list[int]:
+    """The GPUs a study of `exp` would use, without --gpus: its pool's (none on a CPU experiment)."""
+    from autotuner.node.pool import node_pool
+
+    pool = node_pool(exp.config, 1, None)
+    return list(pool.units) if pool is not None and pool.kind == "gpu" else []
 
 
 def _gpu_preflight(exp, launcher, binary, pool) -> None:
@@ -291,15 +300,14 @@ def _dry_run(exp, trials: int) -> None:
 
     engine = preflight.check(exp, need_model=False)
     binary = None if exp.config.launcher == "docker" else engine.planned_binary()
+    gpus = _study_gpus(exp)
     if exp.config.hardware.gpus > 0:  # what runs first, printed first
-        from autotuner.node.pool import node_pool
         from autotuner.report.dryrun import preflight_plan
 
-        pool = node_pool(exp.config, 1, None)
-        preflight_plan(exp, list(pool.units) if pool else [], binary, typer.echo)
+        preflight_plan(exp, gpus, binary, typer.echo)
         typer.echo("")
     if exp.config.kernels is not None:  # the stage runs before the first trial
-        kernel_stage.describe(exp, engine, typer.echo)
+        kernel_stage.describe(exp, engine, typer.echo, gpus)
         typer.echo("")
         exp = kernels.with_cache_mount(exp)
     dry_run(exp, engine, trials, typer.echo, binary=binary)
@@ -323,9 +331,9 @@ def kernels_command(
             exp = exp.model_copy(update={"config": exp.config.model_copy(update={"kernels": KernelsConfig()})})
         engine = preflight.check(exp, need_model=not dry_run)
         if dry_run:
-            kernel_stage.describe(exp, engine, typer.echo)
+            kernel_stage.describe(exp, engine, typer.echo, _study_gpus(exp))
             return
-        _, result = kernel_stage.prepare(exp, engine, typer.echo)
+        _, result = kernel_stage.prepare(exp, engine, typer.echo, gpus=_study_gpus(exp))
     except ConfigError as e:
         _fail(str(e))
         return

@@ -14,7 +14,7 @@ import json
 import shlex
 import subprocess
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -22,7 +22,7 @@ from autotuner.config import Experiment, KernelsConfig
 from autotuner.core.launch import launch_context
 from autotuner.engines._base import Engine
 from autotuner.launchers._base import Launcher, tail
-from autotuner.launchers.docker_command import container_context, docker_run_argv, mounts
+from autotuner.launchers.docker_command import container_context, container_gpus, docker_run_argv, mounts
 from autotuner.stages import kernels
 from autotuner.util.files import write_atomically
 
@@ -37,18 +37,19 @@ class StageResult:
     failed: list[tuple[kernels.TuningJob, str]] = field(default_factory=list)
 
 
-def prepare(exp: Experiment, engine: Engine, echo: Callable[[str], None], *,
+def prepare(exp: Experiment, engine: Engine, echo: Callable[[str], None], *, gpus: Sequence[int],
             run_jobs: bool = True) -> tuple[Experiment, StageResult]:
-    """Before a study: resolve the cache key, run the jobs (unless `run_jobs` is False: a --parallel
-    worker, whose parent ran them), and return the experiment its trials run (the key filled in; in a
-    container the kernel cache mounted read-only)."""
+    """Before a study: resolve the cache key, run the jobs on `gpus` (the study's) unless `run_jobs` is
+    False (a --parallel worker, whose parent ran them), and return the experiment its trials run (the key
+    filled in; in a container the kernel cache mounted read-only)."""
     from autotuner.launchers import make_launcher
 
     exp = resolve(exp, engine_version=probe_version(exp, engine))
     kernels.cache_root(exp).mkdir(parents=True, exist_ok=True)  # a docker volume's host folder must exist
     result = StageResult()
     if run_jobs:
-        result = run(exp, engine, make_launcher(kernels.with_cache_mount(exp, writable=True), progress=echo), echo)
+        result = run(exp, engine, make_launcher(kernels.with_cache_mount(exp, writable=True), progress=echo), echo,
+                     gpus=gpus)
     return kernels.with_cache_mount(exp), result
 
 
@@ -94,8 +95,8 @@ def gpu_name() -> str | None:
     return out.splitlines()[0].strip() if out else None
 
 
-def describe(exp: Experiment, engine: Engine, echo: Callable[[str], None]) -> kernels.Plan:
-    """The stage's plan as comment lines, then each job's command as the launcher would run it."""
+def describe(exp: Experiment, engine: Engine, echo: Callable[[str], None], gpus: Sequence[int] = ()) -> kernels.Plan:
+    """The stage's plan as comment lines, then each job's command on `gpus` as the launcher would run it."""
     plan = kernels.plan(exp, engine)
     version, gpu = kernels.cache_key(exp)
     echo(f"# kernel stage: {len(plan.jobs)} fused-MoE tuning job(s) for {engine.name} {version} on {gpu}, "
@@ -108,26 +109,30 @@ def describe(exp: Experiment, engine: Engine, echo: Callable[[str], None]) -> ke
     variable = kernels.TUNERS[engine.name].config_env if engine.name in kernels.TUNERS else ""
     for job in plan.jobs:
         echo(f"# {job.key}: {job.describe()}; once tuned, its trials get {variable}={kernels.job_folder(exp, job)}")
-        echo(planned_command(exp, engine, job))
+        echo(planned_command(exp, engine, job, gpus))
     return plan
 
 
-def planned_command(exp: Experiment, engine: Engine, job: kernels.TuningJob) -> str:
-    """A job's tuner as the stage would start it: `docker run` in the experiment's image, or the argv."""
+def planned_command(exp: Experiment, engine: Engine, job: kernels.TuningJob, gpus: Sequence[int] = ()) -> str:
+    """A job's tuner as the stage would start it on `gpus`: `docker run` in the experiment's image, or the
+    argv (CUDA_VISIBLE_DEVICES in front)."""
     docker = exp.config.docker if exp.config.launcher == "docker" else None
     host = launch_context(exp, port=0, binary=None)
     if docker is None:
-        return kernels.job_spec(exp, engine, job, host, python=_python(engine)).command_line()
+        spec = kernels.job_spec(exp, engine, job, host, python=_python(engine), gpus=gpus)
+        visible = f"CUDA_VISIBLE_DEVICES={','.join(map(str, gpus))} " if gpus else ""
+        return visible + spec.command_line()
     writable = kernels.with_cache_mount(exp, writable=True).config.docker
     assert writable is not None  # a docker experiment keeps its section
     mounted = mounts(writable, exp.model_path, exp.source.parent)
-    spec = kernels.job_spec(exp, engine, job, container_context(writable, mounted, host), python="python3")
-    return shlex.join(docker_run_argv(writable, mounted, spec, gpus=writable.gpus, host_port=None))
+    spec = kernels.job_spec(exp, engine, job, container_context(writable, mounted, host), python="python3", gpus=gpus)
+    return shlex.join(docker_run_argv(writable, mounted, spec, gpus=container_gpus(spec, writable), host_port=None))
 
 
-def run(exp: Experiment, engine: Engine, launcher: Launcher, echo: Callable[[str], None]) -> StageResult:
-    """Run every job of the plan that has no results yet, one at a time, through `launcher` (for docker:
-    one that mounts the kernel cache writable, `kernels.with_cache_mount(exp, writable=True)`)."""
+def run(exp: Experiment, engine: Engine, launcher: Launcher, echo: Callable[[str], None],
+        gpus: Sequence[int] = ()) -> StageResult:
+    """Run every job of the plan that has no results yet, one at a time on `gpus`, through `launcher` (for
+    docker: one that mounts the kernel cache writable, `kernels.with_cache_mount(exp, writable=True)`)."""
     plan = _plan(exp, engine, echo)
     result = StageResult()
     root = kernels.cache_root(exp)
@@ -142,7 +147,7 @@ def run(exp: Experiment, engine: Engine, launcher: Launcher, echo: Callable[[str
         for stale in kernels.tuned_files(folder):  # an unfinished earlier run's: not this run's results
             (folder / stale).unlink()
         ctx = launcher.context(launch_context(exp, port=0, binary=None))
-        spec = kernels.job_spec(exp, engine, job, ctx, python="python3" if docker else _python(engine))
+        spec = kernels.job_spec(exp, engine, job, ctx, python="python3" if docker else _python(engine), gpus=gpus)
         echo(f"kernels: {job.key}: tuning ({job.describe()}); log {folder / 'tuner.log'}")
         why = _run_one(launcher, spec, folder, exp, job)
         if why:

@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import re
 import shlex
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from itertools import product
 from pathlib import Path, PurePosixPath
@@ -291,9 +291,11 @@ def _values(spec: Any) -> list[Any]:
     return []
 
 
-def job_spec(exp: Experiment, engine: Engine, job: TuningJob, ctx: LaunchContext, *, python: str) -> LaunchSpec:
-    """One job's tuner as a launch, seen through `ctx` (a launcher's context: the model's path and the
-    port inside a container): it writes into the job's folder of the kernel cache."""
+def job_spec(exp: Experiment, engine: Engine, job: TuningJob, ctx: LaunchContext, *, python: str,
+             gpus: Sequence[int] = ()) -> LaunchSpec:
+    """One job's tuner as a launch on `gpus` (the study's: the tuners spread their batch sizes over every
+    GPU they see, with Ray), seen through `ctx` (a launcher's context: the model's path and the port inside
+    a container): it writes into the job's folder of the kernel cache."""
     tuner = TUNERS[engine.name]
     k = exp.config.kernels
     folder = str(job_folder(exp, job))
@@ -305,7 +307,8 @@ def job_spec(exp: Experiment, engine: Engine, job: TuningJob, ctx: LaunchContext
     steps.append(shlex.join(argv))
     steps += [INTO_TRITON_FOLDER.format(python=py)] if tuner.triton_versioned else []
     return LaunchSpec(argv=["sh", "-c", " && ".join(steps)] if len(steps) > 1 else argv,
-                      port=ctx.port, served_model_name="kernel-tuning", env=dict(exp.config.env), workdir=folder)
+                      port=ctx.port, served_model_name="kernel-tuning", env=dict(exp.config.env), workdir=folder,
+                      gpu_ids=tuple(gpus))
 
 
 # Before a tuner that imports a module the engine's image may lack: install it into the throw-away

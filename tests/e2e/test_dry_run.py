@@ -111,6 +111,7 @@ def test_the_kernel_stage_dry_run_prints_its_tuners_then_trials_that_read_their_
     assert first[first.index("--entrypoint") + 1:first.index("--entrypoint") + 4] == [
         "sh", "vllm/vllm-openai:v0.32.0", "-c"]
     assert f"{tmp_path / 'kc'}:/autotuner-kernels" in first  # writable: the tuner writes there
+    assert first[first.index("--gpus") + 1] == '"device=0,1,2,3,4,5,6,7"'  # the study's GPUs: Ray spreads over them
     tuner = shlex.split(first[-1].split(" && ")[-1])
     assert tuner == ["python3", "/vllm-workspace/benchmarks/kernels/benchmark_moe.py",
                      "--model", "/models/GLM-5-NVFP4", "--tp-size", "2", "--dtype", "auto",
