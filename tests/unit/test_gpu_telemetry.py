@@ -8,6 +8,7 @@ The NVLink readers read recorded outputs.
 from __future__ import annotations
 
 import os
+import time
 from pathlib import Path
 
 import pytest
@@ -166,9 +167,12 @@ def test_busy_nvlink_and_idle_sms_is_communication_bound_and_the_busier_link_is_
     assert gpu_limit(gpus(gpu_pcie_frac_mean=0.1, gpu_nvlink_frac_mean=0.3, gpu_sm_util_mean=40)) is None
 
 
-def test_the_sampler_reads_nvlink_at_each_levels_start_and_end(tmp_path, monkeypatch):
-    """A stand-in `nvidia-smi` on PATH that answers with the recorded H800 outputs: the first counter
-    reading idle, every later one the training reading."""
+def test_the_sampler_reads_dmon_by_level_and_nvlink_at_each_levels_start_and_end(tmp_path, monkeypatch):
+    """A stand-in `nvidia-smi` on PATH: the synthetic limits and dmon lines above (dmon's after half a
+    second, so they fall in the level), and the recorded H800 NVLink outputs: the first counter reading
+    idle, every later one the training reading."""
+    (tmp_path / "dmon.txt").write_text(SYNTHETIC_DMON)
+    (tmp_path / "limits.txt").write_text(SYNTHETIC_LIMITS)
     fake = tmp_path / "nvidia-smi"
     fake.write_text(f"""#!/bin/sh
 case "$*" in
@@ -176,17 +180,23 @@ case "$*" in
   "nvlink --getthroughput d")
     if [ -e {tmp_path}/read ]; then cat {GPU_DATA / 'nvlink-gt-d-h800-gpu0-training.txt'};
     else touch {tmp_path}/read; cat {GPU_DATA / 'nvlink-gt-d-h800-gpu0-idle.txt'}; fi ;;
-  dmon*) exec sleep 30 ;;
+  --query-gpu=*) cat {tmp_path}/limits.txt ;;
+  dmon*) sleep 0.5; cat {tmp_path}/dmon.txt; exec sleep 30 ;;
 esac
 """)
     fake.chmod(0o755)
     monkeypatch.setenv("PATH", f"{tmp_path}:{os.environ['PATH']}")
-    sampler = GpuTelemetrySampler([0])
+    sampler = GpuTelemetrySampler([0, 1])
     sampler.start()
     try:
-        assert sampler.nvlink_gbps == {0: pytest.approx(8 * 26.562)}
+        # The status names GPUs 0, 1 and 7: the trial's two are kept; the counters recorded are GPU 0's only.
+        assert sampler.nvlink_gbps == {0: pytest.approx(8 * 26.562), 1: pytest.approx(8 * 26.562)}
         sampler.mark()
+        deadline = time.monotonic() + 10
+        while len(sampler.samples) < 4 and time.monotonic() < deadline:
+            time.sleep(0.05)
         m = sampler.level_metrics(0)
+        assert m["gpu_count"] == 2 and m["gpu_power_frac_mean"] == pytest.approx(598.5 / 600)
         assert m["gpu_nvlink_tx_gbps_mean"] > 0 and 0 < m["gpu_nvlink_frac_mean"]
         assert sampler.level_metrics(0) == m  # the end reading is taken once
     finally:
