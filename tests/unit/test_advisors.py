@@ -202,3 +202,38 @@ def test_neighbours_turn_one_knob_of_the_best_by_one_notch_and_leave_every_other
     mine = TrialView(number=6, state="COMPLETE", params={"parallel": 8}, values=[150.0], proposed_by="neighbours")
     assert Neighbours().propose(so_far([best, worse, mine])) == []  # the sampler's turn
     assert notches(LLAMA_SPACE.config.params["threads"], 2) == [1]  # never past an end
+
+
+SGLANG_SPACE = SearchSpace(SearchSpaceConfig.model_validate({"engine": "sglang", "params": {
+    "max_running_requests": {"type": "categorical", "choices": [64, 128, 256, 512, 1024]},
+    "chunked_prefill_size": {"type": "categorical", "choices": [-1, 2048, 4096, 8192, 16384]},
+    "mem_fraction_static": {"type": "float", "low": 0.75, "high": 0.92, "step": 0.01},
+    "cuda_graph_max_bs": {"type": "categorical", "choices": [64, 128, 256, 512]},
+    "kv_cache_dtype": {"type": "categorical", "choices": ["auto", "fp8_e4m3"]},
+}}))
+
+
+def sglang_so_far(trials: list[TrialView] = (), max_load: float = 256) -> StudySoFar:
+    return StudySoFar(trials=list(trials), space=SGLANG_SPACE, load_key="max_concurrency", max_load=max_load, cpus=16,
+                      gpus=8, metric="output_tok_per_s", direction="maximize", defaults=get_engine("sglang").defaults())
+
+
+def test_sglang_knowledge_follows_its_tuning_guide():
+    sglang = get_engine("sglang")
+    (first,) = sglang.advise(sglang_so_far(max_load=200))
+    assert first.params == {"max_running_requests": 256, "cuda_graph_max_bs": 256}
+    full_kv = {"max_concurrency": 256, "output_tok_per_s": 900.0, "server_samples": 10, "server_requests_waiting_mean": 0,
+               "server_requests_running_mean": 200, "server_requests_running_max": 256, "server_kv_cache_usage_max": 0.99}
+    best = TrialView(number=4, state="COMPLETE", params={"max_running_requests": 512, "mem_fraction_static": 0.85},
+                     values=[900.0], levels=[full_kv], scored_level=0)
+    steps = sglang.advise(sglang_so_far([best]))[1:]
+    assert [(p.params.get("mem_fraction_static"), p.params.get("kv_cache_dtype"), p.params["max_running_requests"])
+            for p in steps] == [(0.88, "auto", 512), (0.85, "fp8_e4m3", 512), (0.85, "auto", 256)]
+    assert steps[0].reason.startswith("#4: ") and "KV pool" in steps[0].reason
+    oom = TrialView(number=5, state="FAIL", params={"max_running_requests": 1024, "chunked_prefill_size": -1},
+                    values=None, failure_class="oom", failure_reason="CUDA out of memory")
+    after_oom = sglang.advise(sglang_so_far([oom]))[1:]
+    assert [p.params["chunked_prefill_size"] for p in after_oom] == [4096, -1, -1]
+    assert after_oom[1].params["max_running_requests"] == 512 and after_oom[1].params["cuda_graph_max_bs"] == 512
+    assert after_oom[2].params["mem_fraction_static"] == 0.8  # SGLang's own share unknown: the guide's 0.8
+    assert complete(after_oom[0].params, SGLANG_SPACE, {})["chunked_prefill_size"] == 4096
