@@ -24,7 +24,6 @@ from __future__ import annotations
 
 import argparse
 import csv
-import io
 import logging
 import statistics
 import sys
@@ -37,16 +36,12 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
 import optuna  # noqa: E402  # after the path insert above
-from rich.console import Console  # noqa: E402
 
 from autotuner.config import load_experiment  # noqa: E402
-from autotuner.core.driver import StudyDriver  # noqa: E402
 from autotuner.core.executor import TrialResult  # noqa: E402
 from autotuner.core.objective import SloViolated, trial_values  # noqa: E402
-from autotuner.core.progress import Progress  # noqa: E402
 from autotuner.engines._base import get_engine  # noqa: E402
-from autotuner.launchers.process import ProcessLauncher  # noqa: E402
-from autotuner.tracking import MlflowTracker  # noqa: E402
+from benchmarks.replay import replay_driver, scored  # noqa: E402
 
 AXES = ["parallel", "threads", "cont_batching", "flash_attn", "batch_size", "ubatch_size", "cache_type_k",
         "kv_unified"]
@@ -136,21 +131,11 @@ def run_study(land: Landscape, folder: Path, sampler: str, advisors: list[str], 
         if row["failed"] == "1":
             spent.append((None, LAUNCH_S))
             return TrialResult("FAIL", failure_class=row["failure"], reason="failed when measured")
-        metrics = land.level_metrics(row)
-        try:
-            values = trial_values(metrics, exp.config.objective)
-        except SloViolated as e:
-            spent.append((None, land.seconds(row)))
-            return TrialResult("FAIL", failure_class="slo-violated", reason=str(e), level_metrics=metrics)
-        spent.append((values[0], land.seconds(row)))
-        return TrialResult("COMPLETE", values=values, level_metrics=metrics)
+        result = scored(exp, land.level_metrics(row))
+        spent.append((result.values[0] if result.values else None, land.seconds(row)))
+        return result
 
-    driver = StudyDriver(exp, engine=get_engine("llamacpp"), launcher=ProcessLauncher(folder / "procs"),
-                         tracker=MlflowTracker(root=folder.parent / "mlruns"), results_dir=folder / "results",
-                         progress=lambda total: Progress(total, "output_tok_per_s", Console(file=io.StringIO())))
-    driver.executor.run = lookup  # type: ignore[method-assign]  # the one replaced part: a launch is a lookup
-    driver.callbacks = []  # no report, plots or MLflow runs: outputs only, they decide nothing (and cost seconds;
-    # the studies share one MLflow store, made once)
+    driver = replay_driver(exp, get_engine("llamacpp"), folder, lookup)
     driver.run(budget)
     return spent
 

@@ -24,7 +24,6 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
-import io
 import logging
 import statistics
 import sys
@@ -36,19 +35,15 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
 import optuna  # noqa: E402  # after the path insert above
-from rich.console import Console  # noqa: E402
 
 from autotuner.advisors.aic_inputs import VLLM_DEFAULTS, VLLM_MODELED  # noqa: E402
 from autotuner.advisors.performance_model import PerformanceModel, grid, performance_model  # noqa: E402
 from autotuner.config import Experiment, load_experiment  # noqa: E402
 from autotuner.config.space import SearchSpace  # noqa: E402
-from autotuner.core.driver import StudyDriver  # noqa: E402
 from autotuner.core.executor import TrialResult  # noqa: E402
-from autotuner.core.objective import SloViolated, trial_values  # noqa: E402
-from autotuner.core.progress import Progress  # noqa: E402
+from autotuner.core.objective import trial_values  # noqa: E402
 from autotuner.engines._base import get_engine  # noqa: E402
-from autotuner.launchers.process import ProcessLauncher  # noqa: E402
-from autotuner.tracking import MlflowTracker  # noqa: E402
+from benchmarks.replay import replay_driver, scored  # noqa: E402
 
 EXPERIMENT = REPO / "experiments" / "vllm-h100-8b.yaml"
 SYSTEM = "h100_sxm"
@@ -116,20 +111,11 @@ def run_study(land: Landscape, advisor: PerformanceModel, folder: Path, sampler:
         if metrics is None:
             launches.append(None)
             return TrialResult("FAIL", failure_class="oom", reason="predicted out of memory")
-        try:
-            values = trial_values(metrics, exp.config.objective)
-        except SloViolated as e:
-            launches.append(None)
-            return TrialResult("FAIL", failure_class="slo-violated", reason=str(e), level_metrics=metrics)
-        launches.append(values[0])
-        return TrialResult("COMPLETE", values=values, level_metrics=metrics)
+        result = scored(exp, metrics)
+        launches.append(result.values[0] if result.values else None)
+        return result
 
-    driver = StudyDriver(exp, engine=get_engine("vllm"), launcher=ProcessLauncher(folder / "procs"),
-                         tracker=MlflowTracker(root=folder.parent / "mlruns"), results_dir=folder / "results",
-                         engine_version=ENGINE_VERSION,
-                         progress=lambda total: Progress(total, "output_tok_per_s", Console(file=io.StringIO())))
-    driver.executor.run = lookup  # type: ignore[method-assign]  # the one replaced part: a launch is a lookup
-    driver.callbacks = []  # no report, plots or MLflow runs: outputs decide nothing (one shared store, made once)
+    driver = replay_driver(exp, get_engine("vllm"), folder, lookup, engine_version=ENGINE_VERSION)
     # The advisor's ranking is computed once for all studies (the same estimates; only time is saved).
     driver.advisors = [advisor if a.name == advisor.name else a for a in driver.advisors]
     driver.run(budget)
