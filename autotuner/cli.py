@@ -157,12 +157,13 @@ def run(
     from autotuner.tracking.artifacts import front_commands, winner_text
 
     # The commands the tuner wrote into best-command.sh and report.md (one builder); the files are its own.
+    # Its experiment is the one the trials ran (the kernel stage's cache key filled in, its cache mounted).
     summary = report.summarize(study, exp.config.objective.metric)
     command = None
     if summary.best is not None:
-        command = tuner.redact.text(winner_text("args", tuner.engine, exp, summary.best, tuner.binary,
+        command = tuner.redact.text(winner_text("args", tuner.engine, tuner.exp, summary.best, tuner.binary,
                                                 tuner.engine_version).strip())
-    front_commands(summary, tuner.engine, exp, tuner.binary, tuner.engine_version)
+    front_commands(summary, tuner.engine, tuner.exp, tuner.binary, tuner.engine_version)
     for row in summary.front:
         row.command = tuner.redact.text(row.command) or ""
     report.render(summary, tuner.engine, command, console)

@@ -357,7 +357,7 @@ class TrialExecutor:
         if self.pool is None:
             return ()
         pool = self.pool.pool
-        need = pool.need(self.engine.gpus_needed(params), self.engine.cpus_needed(params))
+        need = pool.need(self.engine.gpus_needed(params, self.cfg.engine_args), self.engine.cpus_needed(params))
         try:
             units = self.pool.acquire(need, f"{self.cfg.study_name}/{label}", progress.phase,
                                       stop=lambda: bool(self.stop.requested))

@@ -54,7 +54,7 @@ def planned_gpus(exp: Experiment, engine: Engine, params: Mapping[str, Any], set
     """The GPUs of one launch on a node of its own: on a GPU experiment as many as the config needs (what
     the pool leases a trial: TP x PP x DP, or every declared GPU), else the docker section's."""
     if exp.config.hardware.gpus:
-        return engine.gpus_needed(params) or exp.config.hardware.gpus
+        return engine.gpus_needed(params, exp.config.engine_args) or exp.config.hardware.gpus
     return settings.gpus
 
 

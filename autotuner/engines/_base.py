@@ -13,7 +13,7 @@ from __future__ import annotations
 import copy
 import json
 import shlex
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar
@@ -239,8 +239,9 @@ class Engine:
         """The engine's own default per param, where the adapter knows it."""
         return {name: flag.default for name, flag in self.flags.items() if flag.default is not None}
 
-    def gpus_needed(self, params: Mapping[str, Any]) -> int:
-        """GPUs one launch of this config occupies (for `docker run --gpus`)."""
+    def gpus_needed(self, params: Mapping[str, Any], engine_args: Sequence[str] = ()) -> int:
+        """GPUs one launch of this config occupies (for `docker run --gpus`), the experiment's fixed
+        `engine_args` (a --tensor-parallel-size there) taken into account."""
         return 0
 
     def cpus_needed(self, params: Mapping[str, Any]) -> int | None:
@@ -288,3 +289,33 @@ def get_engine(name: str, env_params: Mapping[str, str] | None = None) -> Engine
     except KeyError:
         raise EngineError(f"unknown engine '{name}' (engines: {', '.join(sorted(_ENGINES))})") from None
     return engine.with_env_params(env_params or {})
+
+
+def parse_fixed_args(flags: Mapping[str, Flag], args: Sequence[str]) -> dict[str, Any]:
+    """The known params among an experiment's fixed engine_args (`--flag V`, `--flag=V`, `--on`/`--off`),
+    by the adapter's `flags`; JSON-valued flags are left out (their value is a whole config)."""
+    by_flag = {f.flag: n for n, f in flags.items() if f.flag and not isinstance(f, JsonFlag)}
+    switches = {f.on: (n, True) for n, f in flags.items() if f.on}
+    switches.update({f.off: (n, False) for n, f in flags.items() if f.off})
+    values: dict[str, Any] = {}
+    i = 0
+    while i < len(args):
+        key, _, inline = args[i].partition("=")
+        if key in switches:
+            values[switches[key][0]] = switches[key][1]
+        elif key in by_flag:
+            given = inline if inline else (args[i + 1] if i + 1 < len(args) else None)
+            if not inline:
+                i += 1
+            values[by_flag[key]] = _number(given)
+        i += 1
+    return values
+
+
+def _number(value: Any) -> Any:
+    for cast in (int, float):
+        try:
+            return cast(value)
+        except (TypeError, ValueError):
+            pass
+    return value

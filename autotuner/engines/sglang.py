@@ -14,11 +14,19 @@ Pure: builds argv and environment, never runs anything.
 from __future__ import annotations
 
 import re
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from math import prod
 from typing import TYPE_CHECKING, Any
 
-from autotuner.engines._base import TORCH_STACK_CACHES, Engine, Flag, LaunchContext, LaunchSpec, register
+from autotuner.engines._base import (
+    TORCH_STACK_CACHES,
+    Engine,
+    Flag,
+    LaunchContext,
+    LaunchSpec,
+    parse_fixed_args,
+    register,
+)
 
 if TYPE_CHECKING:
     from autotuner.advisors import Proposal, StudySoFar
@@ -140,8 +148,14 @@ class SglangEngine(Engine):
         return LaunchSpec(argv=argv, port=ctx.port, served_model_name=ctx.served_model_name, health_path="/health",
                           env=env, image=DEFAULT_IMAGE)
 
-    def gpus_needed(self, params: Mapping[str, Any]) -> int:
-        return prod(int(params.get(k, 1)) for k in ("tp_size", "pp_size", "dp_size"))
+    def effective(self, params: Mapping[str, Any], engine_args: Sequence[str] = ()) -> dict[str, Any]:
+        """The values a launch gets for each known param: params, then the experiment's fixed engine_args
+        (they come after params in argv, and the later flag wins in SGLang's parser)."""
+        return {**params, **parse_fixed_args(FLAGS, engine_args)}
+
+    def gpus_needed(self, params: Mapping[str, Any], engine_args: Sequence[str] = ()) -> int:
+        p = self.effective(params, engine_args)
+        return prod(int(p.get(k, 1)) for k in ("tp_size", "pp_size", "dp_size"))
 
     def advise(self, study: StudySoFar) -> list[Proposal]:
         """SGLang's own tuning guide (docs: Hyperparameter Tuning, and Troubleshooting on out-of-memory) as
@@ -197,6 +211,7 @@ class SglangEngine(Engine):
         return proposals
 
     def infeasible(self, params: Mapping[str, Any], context: Mapping[str, Any]) -> list[str]:
+        params = self.effective(params, context.get("engine_args", ()))
         gpus = int(context.get("gpus", 0))
         tp, pp, dp = (int(params.get(k, 1)) for k in ("tp_size", "pp_size", "dp_size"))
         ep, attn_dp = int(params.get("ep_size", 1)), int(params.get("attn_dp_size", 1))

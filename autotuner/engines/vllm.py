@@ -13,7 +13,7 @@ Pure: builds argv and environment, never runs anything.
 from __future__ import annotations
 
 import re
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from math import prod
 from typing import TYPE_CHECKING, Any
 
@@ -25,6 +25,7 @@ from autotuner.engines._base import (
     JsonFlag,
     LaunchContext,
     LaunchSpec,
+    parse_fixed_args,
     register,
 )
 from autotuner.engines.nccl import NCCL_ENV_PARAMS
@@ -284,8 +285,8 @@ class VllmEngine(Engine):
                                       f"{head}: half the sequences (smaller batches, fewer CUDA graphs)"))
         return proposals
 
-    def gpus_needed(self, params: Mapping[str, Any]) -> int:
-        p = self.effective(params)
+    def gpus_needed(self, params: Mapping[str, Any], engine_args: Sequence[str] = ()) -> int:
+        p = self.effective(params, tuple(engine_args))
         return prod(int(p.get(k, 1)) for k in _SIZES)
 
     def effective(self, params: Mapping[str, Any], engine_args: list[str] | tuple[str, ...] = ()) -> dict[str, Any]:
@@ -294,7 +295,7 @@ class VllmEngine(Engine):
         values = dict(params)
         if "parallel_layout" in values:
             values.update(parse_layout(values["parallel_layout"]))
-        values.update(_parse_engine_args(engine_args))
+        values.update(parse_fixed_args(FLAGS, engine_args))
         return values
 
     def infeasible(self, params: Mapping[str, Any], context: Mapping[str, Any]) -> list[str]:
@@ -458,34 +459,3 @@ def _mtp_rules(p: Mapping[str, Any], context: Mapping[str, Any]) -> list[str]:
 
 def _is_python(binary: str) -> bool:
     return re.fullmatch(r"python[\d.]*", binary.rsplit("/", 1)[-1]) is not None
-
-
-def _parse_engine_args(args: list[str] | tuple[str, ...]) -> dict[str, Any]:
-    """The known params among an experiment's fixed engine_args (`--flag V`, `--flag=V`, `--on`/`--off`)."""
-    by_flag = {f.flag: n for n, f in FLAGS.items() if f.flag and not isinstance(f, JsonFlag)}
-    switches = {f.on: (n, True) for n, f in FLAGS.items() if f.on}
-    switches.update({f.off: (n, False) for n, f in FLAGS.items() if f.off})
-    values: dict[str, Any] = {}
-    i = 0
-    while i < len(args):
-        arg = args[i]
-        key, _, inline = arg.partition("=")
-        if key in switches:
-            name, value = switches[key]
-            values[name] = value
-        elif key in by_flag:
-            given = inline if inline else (args[i + 1] if i + 1 < len(args) else None)
-            if not inline:
-                i += 1
-            values[by_flag[key]] = _number(given)
-        i += 1
-    return values
-
-
-def _number(value: Any) -> Any:
-    for cast in (int, float):
-        try:
-            return cast(value)
-        except (TypeError, ValueError):
-            pass
-    return value

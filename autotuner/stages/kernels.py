@@ -143,7 +143,7 @@ def shape(engine: Engine, params: Mapping[str, Any], engine_args: tuple[str, ...
         ranks = int(p.get("tensor_parallel_size", 1)) * int(p.get("data_parallel_size", 1))
         ep = ranks if p.get("enable_expert_parallel") and ranks > 1 else 1
         return Shape(ranks, ep, str(p.get("quantization", "auto")))
-    p = {**engine.defaults(), **params}
+    p = {**engine.defaults(), **engine.effective(params, engine_args)}  # type: ignore[attr-defined]  # SglangEngine's
     return Shape(int(p.get("tp_size", 1)), int(p.get("ep_size", 1)), str(p.get("quantization", "auto")))
 
 

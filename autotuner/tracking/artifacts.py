@@ -78,6 +78,10 @@ def resolved_experiment(exp: Experiment) -> str:
         (data.get("docker") or {}).get("volumes", []), getattr(exp.config.docker, "volumes", []), strict=False
     ):
         volume["host"] = str((exp.source.parent / config.host).resolve())  # read back, the file's folder is gone
+    if exp.config.kernels is not None:  # read back, a folder relative to the file would be lost
+        from autotuner.stages.kernels import cache_root
+
+        data["kernels"]["cache_dir"] = str(cache_root(exp))
     data["search_space"] = exp.space.model_dump(mode="json", exclude_defaults=True)
     return (f"# {exp.source} with paths resolved and {exp.space_path} inlined\n"
             + yaml.safe_dump(data, sort_keys=False))

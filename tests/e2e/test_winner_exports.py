@@ -210,3 +210,23 @@ def test_a_study_read_back_mounts_relative_volumes_where_its_trials_did(tmp_path
     engine = get_engine("llamacpp")
     ran, exported = (launch.planned(e, engine, {}, port=launch.EXPORT_PORT, binary=None).docker for e in (exp, read_back))
     assert f"{tmp_path / 'kernels'}:/k:ro" in ran and exported == ran
+
+
+def test_a_kernel_study_read_back_points_its_winner_at_the_tuned_configs_its_trials_read(tmp_path):
+    """`autotuner best` and `report` read the experiment the study recorded: the kernel stage's cache key
+    filled in, and a cache folder given relative to the experiment file resolved."""
+    from autotuner.stages import kernel_stage, kernels
+
+    text = (REPO / "experiments" / "glm5-nvfp4-8x-rtx-pro-6000.yaml").read_text().replace(
+        "../search_spaces/", f"{REPO}/search_spaces/")
+    (tmp_path / "exp.yaml").write_text(text + "kernels: {cache_dir: kc}\n")
+    exp = kernels.with_cache_mount(kernel_stage.resolve(load_experiment(tmp_path / "exp.yaml"), engine_version="0.32.0"))
+    vllm = get_engine("vllm")
+    job = kernels.job_for(exp, vllm, {"parallel_layout": "TP8"})
+    assert job is not None
+    (tmp_path / "kc" / str(job.key)).mkdir(parents=True)
+    (tmp_path / "kc" / str(job.key) / kernels.DONE_FILE).write_text("{}")
+    read_back = experiment_from_text(resolved_experiment(exp), "study glm5 in sqlite:///elsewhere.db")
+    ran, exported = (launch.planned(e, vllm, {"parallel_layout": "TP8"}, port=launch.EXPORT_PORT, binary=None).docker
+                     for e in (exp, read_back))
+    assert f"VLLM_TUNED_CONFIG_FOLDER=/autotuner-kernels/{job.key}" in ran and exported == ran

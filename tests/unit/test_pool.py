@@ -118,6 +118,12 @@ def test_what_a_config_takes_from_the_pool():
     assert gpus.need(vllm.gpus_needed({"tensor_parallel_size": 2, "pipeline_parallel_size": 2}), None) == 4
     assert gpus.need(vllm.gpus_needed({"parallel_layout": "TP2xDP2"}), None) == 4
     assert gpus.need(vllm.gpus_needed({}), None) == 1
+    # A parallel size fixed in the experiment's engine_args is what the launch gets: the lease covers it.
+    assert vllm.gpus_needed({"max_num_seqs": 64}, ["--tensor-parallel-size", "2"]) == 2
+    assert vllm.gpus_needed({"pipeline_parallel_size": 2}, ["--tensor-parallel-size=4"]) == 8
+    sglang = get_engine("sglang")
+    assert sglang.gpus_needed({"dp_size": 2}, ["--tp-size", "4"]) == 8
+    assert sglang.infeasible({}, {"gpus": 4, "engine_args": ["--tp-size", "8"]})  # 8 GPUs of the 4 declared
     assert gpus.need(llamacpp.gpus_needed({}), None) == 8  # llama.cpp splits the model over every GPU it sees
     cores = Pool.of_cpus(range(16))
     assert cores.need(0, llamacpp.cpus_needed({"threads": 4, "threads_batch": 6})) == 6
