@@ -295,7 +295,8 @@ def plan_lines(where: str, render: Callable[[Probe], str]) -> list[str]:
 def run_on_host(probe: Probe, gpus: Sequence[int], environ: Mapping[str, str],
                 timeout_s: float = PROBE_TIMEOUT_S) -> ProbeResult:
     """Run one probe on this machine, confined to `gpus` (process launches)."""
-    env = {**environ, "CUDA_VISIBLE_DEVICES": ",".join(map(str, gpus))} if gpus else dict(environ)
+    env = {**environ, "CUDA_DEVICE_ORDER": "PCI_BUS_ID", "CUDA_VISIBLE_DEVICES": ",".join(map(str, gpus))} \
+        if gpus else dict(environ)  # CUDA's numbering as nvidia-smi's (launchers/process.py)
     try:
         out = subprocess.run(list(probe.argv), capture_output=True, text=True, timeout=timeout_s, env=env)
     except FileNotFoundError as e:

@@ -91,13 +91,24 @@ def with_topology(pool: Pool, topo_text: str | None) -> Pool:
 
 
 def _confined_gpus(cfg: ExperimentConfig, environ: Mapping[str, str]) -> list[int] | None:
+    """The GPU indices the user confined the tuner to; a confinement by UUID (or MIG instance) is refused,
+    since trials are leased GPUs by nvidia-smi index and would otherwise land on GPUs it excluded."""
     docker_gpus = cfg.docker.gpus if cfg.launcher == "docker" and cfg.docker is not None else None
-    if isinstance(docker_gpus, list) and all(str(g).isdigit() for g in docker_gpus):
+    if isinstance(docker_gpus, list):
+        if not all(str(g).isdigit() for g in docker_gpus):
+            raise ConfigError(f"docker.gpus: {docker_gpus} names GPUs by UUID, but trials are leased GPUs by "
+                              f"index: {_BY_INDEX}")
         return [int(g) for g in docker_gpus]
-    visible = environ.get("CUDA_VISIBLE_DEVICES", "").split(",")
-    if all(v.strip().isdigit() for v in visible):
-        return [int(v) for v in visible]
-    return None
+    visible = [v.strip() for v in environ.get("CUDA_VISIBLE_DEVICES", "").split(",") if v.strip()]
+    if not visible:
+        return None
+    if not all(v.isdigit() for v in visible):
+        raise ConfigError(f"CUDA_VISIBLE_DEVICES={','.join(visible)} names GPUs by UUID, but trials are leased GPUs "
+                          f"by index: {_BY_INDEX}")
+    return [int(v) for v in visible]
+
+
+_BY_INDEX = "name them by index (nvidia-smi --query-gpu=index,uuid --format=csv), or pass --gpus 0,1,..."
 
 
 def pack(units: Sequence[int], busy: set[int], need: int,

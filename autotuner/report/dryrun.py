@@ -132,7 +132,7 @@ def preflight_plan(exp: Experiment, gpus: list[int], binary: str | None, echo: C
         argvs = {p.name: p.argv for p in probes("python3")}
     else:
         def render(argv: tuple[str, ...]) -> str:
-            return f"CUDA_VISIBLE_DEVICES={ids} {shlex.join(argv)}"
+            return f"CUDA_DEVICE_ORDER=PCI_BUS_ID CUDA_VISIBLE_DEVICES={ids} {shlex.join(argv)}"
         where = "on this host"
         argvs = {p.name: p.argv for p in probes(host_python(binary))}
     for line in plan_lines(where, lambda probe: render(argvs[probe.name])):

@@ -120,7 +120,7 @@ def planned_command(exp: Experiment, engine: Engine, job: kernels.TuningJob, gpu
     host = launch_context(exp, port=0, binary=None)
     if docker is None:
         spec = kernels.job_spec(exp, engine, job, host, python=_python(engine), gpus=gpus)
-        visible = f"CUDA_VISIBLE_DEVICES={','.join(map(str, gpus))} " if gpus else ""
+        visible = f"CUDA_DEVICE_ORDER=PCI_BUS_ID CUDA_VISIBLE_DEVICES={','.join(map(str, gpus))} " if gpus else ""
         return visible + spec.command_line()
     writable = kernels.with_cache_mount(exp, writable=True).config.docker
     assert writable is not None  # a docker experiment keeps its section

@@ -154,6 +154,7 @@ def test_a_process_sees_only_the_gpus_the_pool_leased(tmp_path):
     try:
         environ = Path(f"/proc/{handle.pid}/environ").read_bytes().split(b"\0")
         assert b"CUDA_VISIBLE_DEVICES=2,3" in environ
+        assert b"CUDA_DEVICE_ORDER=PCI_BUS_ID" in environ  # CUDA's numbering as nvidia-smi's, whose indices they are
         assert "CUDA_VISIBLE_DEVICES" not in handle.spec.command_line()  # a deployment has the node to itself
     finally:
         launcher.stop(handle)

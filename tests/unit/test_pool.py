@@ -206,7 +206,13 @@ def test_the_node_pool_is_the_gpus_the_user_allows(tmp_path):
     gpus = _config(tmp_path, "hardware: {gpus: 4}\n")
     assert node_pool(gpus, 1, None, environ={}).units == (0, 1, 2, 3)
     assert node_pool(gpus, 1, None, environ={"CUDA_VISIBLE_DEVICES": "4,5"}).units == (4, 5)
-    assert node_pool(gpus, 1, None, environ={"CUDA_VISIBLE_DEVICES": "GPU-1a2b"}).units == (0, 1, 2, 3)
+    # A confinement by UUID is refused: leasing by index would put trials on GPUs it excluded.
+    with pytest.raises(ConfigError, match="CUDA_VISIBLE_DEVICES=GPU-1a2b names GPUs by UUID"):
+        node_pool(gpus, 1, None, environ={"CUDA_VISIBLE_DEVICES": "GPU-1a2b"})
+    by_uuid = _config(tmp_path, "hardware: {gpus: 1}\nlauncher: docker\ndocker: {image: x, gpus: [GPU-1a2b]}\n")
+    with pytest.raises(ConfigError, match=r"docker.gpus: \['GPU-1a2b'\] names GPUs by UUID"):
+        node_pool(by_uuid, 1, None, environ={})
+    assert node_pool(gpus, 1, None, environ={"CUDA_VISIBLE_DEVICES": ""}).units == (0, 1, 2, 3)
     assert node_pool(gpus, 1, "6,7", environ={"CUDA_VISIBLE_DEVICES": "4,5"}).units == (6, 7)
     in_docker = _config(tmp_path, "hardware: {gpus: 2}\nlauncher: docker\ndocker: {image: x, gpus: [2, 3]}\n")
     assert node_pool(in_docker, 1, None, environ={}).units == (2, 3)
