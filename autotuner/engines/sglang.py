@@ -148,6 +148,14 @@ class SglangEngine(Engine):
         return LaunchSpec(argv=argv, port=ctx.port, served_model_name=ctx.served_model_name, health_path="/health",
                           env=env, image=DEFAULT_IMAGE)
 
+    def version_argv(self, binary: str) -> list[str]:
+        # The server is `python -m sglang...`: the installed distribution's version, not Python's own.
+        return [binary, "-c", "import importlib.metadata as m; print('sglang', m.version('sglang'))"]
+
+    def parse_version(self, output: str) -> str:
+        m = re.search(r"^sglang (\S+)$", output, re.M)
+        return m.group(1) if m else super().parse_version(output)
+
     def effective(self, params: Mapping[str, Any], engine_args: Sequence[str] = ()) -> dict[str, Any]:
         """The values a launch gets for each known param: params, then the experiment's fixed engine_args
         (they come after params in argv, and the later flag wins in SGLang's parser)."""

@@ -396,7 +396,8 @@ class VllmEngine(Engine):
         return [binary, "--version"]
 
     def parse_version(self, output: str) -> str:
-        m = re.search(r"^vllm (\S+)$", output, re.M)
+        # `vllm --version` prints the bare version, after any log lines the import printed.
+        m = re.search(r"^vllm (\S+)$", output, re.M) or re.search(r"^v?(\d+\.\d+\S*)$", output, re.M)
         return m.group(1) if m else super().parse_version(output)
 
 

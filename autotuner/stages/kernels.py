@@ -70,10 +70,11 @@ VLLM_TUNER = MoeTuner(
 # instead of its packaged configs; without that exact file it lists configs/ unguarded (a missing folder
 # crashes the server) for another Triton version's. The tuner
 # (benchmark/kernels/fused_moe_triton/tuning_fused_moe_triton.py) writes the file into its working folder,
-# so the job moves it into the folder of the image's own Triton version, in the same container.
+# so the job moves it into the folder of the image's own Triton version, in the same container. It imports
+# Ray, which SGLang 0.5.23 lists only in its `ray` extra.
 SGLANG_TUNER = MoeTuner(
     engine="sglang", script="/sgl-workspace/sglang/benchmark/kernels/fused_moe_triton/tuning_fused_moe_triton.py",
-    config_env="SGLANG_MOE_CONFIG_DIR", triton_versioned=True,
+    config_env="SGLANG_MOE_CONFIG_DIR", requires="ray", triton_versioned=True,
     source="SGLang benchmark/kernels/fused_moe_triton/tuning_fused_moe_triton.py",
     dtypes={"": "auto", "fp8": "fp8_w8a8", "w8a8_int8": "int8_w8a8", "w8a8_fp8": "fp8_w8a8",
             "modelopt:FP8": "fp8_w8a8", "compressed-tensors:FLOAT-QUANTIZED": "fp8_w8a8"})

@@ -235,7 +235,7 @@ def test_sglang_jobs_file_their_configs_under_the_images_triton_version_and_tria
     script = tmp_path / "tuner.py"
     script.write_text(STAND_IN_SGLANG_TUNER)
     exp = process_experiment(GLM5.with_name("glm5-nvfp4-8x-rtx-pro-6000-sglang.yaml"),
-                             site_with(tmp_path, triton='__version__ = "3.5.1"\n'))
+                             site_with(tmp_path, ray="", triton='__version__ = "3.5.1"\n'))
     exp = with_kernels(exp, model_dir(tmp_path, None), gpu="G",
                        engine_version="0.5.23", cache_dir=tmp_path / "kc", script=str(script))
     engine = get_engine("sglang")

@@ -86,3 +86,20 @@ def test_dp_attention_and_speculative_decoding_use_the_0523_spellings(sglang):
                     "--speculative-eagle-topk", "1", "--moe-a2a-backend", "deepep"]
     assert sglang.tuning_args({"speculative_algorithm": "none"}) == []  # SGLang's default: no flag at all
     assert sglang.gpus_needed({"tp_size": 8, "attn_dp_size": 8}) == 8  # attention DP lives inside the TP group
+
+
+def test_the_version_is_sglangs_not_pythons(tmp_path):
+    """The server is `python3 -m sglang.launch_server`: `--version` of that binary would be Python's. The
+    probe asks for the installed distribution's version; here it runs against a distribution's metadata."""
+    import os
+    import subprocess
+    import sys
+
+    sglang = get_engine("sglang")
+    dist = tmp_path / "sglang-0.5.23.dist-info"
+    dist.mkdir()
+    (dist / "METADATA").write_text("Metadata-Version: 2.1\nName: sglang\nVersion: 0.5.23\n")
+    out = subprocess.run(sglang.version_argv(sys.executable), capture_output=True, text=True,
+                         env={**os.environ, "PYTHONPATH": str(tmp_path)})
+    assert sglang.parse_version(out.stdout + out.stderr) == "0.5.23"
+    assert sglang.parse_version("") == "unknown"

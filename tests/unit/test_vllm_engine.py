@@ -181,6 +181,9 @@ def test_a_kill_by_signal_9_without_a_telling_line_is_out_of_memory(vllm):
 
 def test_version_and_binary(vllm, monkeypatch, tmp_path):
     assert vllm.parse_version("some warning\nvllm 0.32.0\n") == "0.32.0"
+    # `vllm --version` in the image: the bare version after the platform log line the import prints.
+    assert vllm.parse_version("INFO 12-03 10:00:00 [__init__.py:216] Automatically detected platform cuda.\n"
+                              "0.32.0\n") == "0.32.0"
     assert vllm.version_argv(PY)[:2] == [PY, "-c"]
     monkeypatch.setenv("AUTOTUNER_VLLM_PYTHON", "/opt/vllm/bin/python")
     assert vllm.find_binary()[0] == "/opt/vllm/bin/python"
