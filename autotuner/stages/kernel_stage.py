@@ -106,7 +106,10 @@ def describe(exp: Experiment, engine: Engine, echo: Callable[[str], None], gpus:
              "the jobs assume an unquantized MoE model")
     for line in plan.uncovered:
         echo(f"# not tuned: {line}")
-    variable = kernels.TUNERS[engine.name].config_env if engine.name in kernels.TUNERS else ""
+    tuner = kernels.TUNERS.get(engine.name)
+    variable = tuner.config_env if tuner else ""
+    if plan.jobs and tuner:
+        echo(f"# a trial's server reads its shard's file only where {tuner.used_when}")
     for job in plan.jobs:
         echo(f"# {job.key}: {job.describe()}; once tuned, its trials get {variable}={kernels.job_folder(exp, job)}")
         echo(planned_command(exp, engine, job, gpus))
@@ -166,6 +169,9 @@ def _plan(exp: Experiment, engine: Engine, echo: Callable[[str], None]) -> kerne
     plan = kernels.plan(exp, engine)
     for line in plan.uncovered:
         echo(f"kernels: not tuned: {line}")
+    if plan.jobs:
+        echo(f"kernels: a trial's server reads its shard's file only where {kernels.TUNERS[engine.name].used_when}; "
+             "each trial's autotuner.moe_config tag says which it loaded")
     return plan
 
 

@@ -45,6 +45,7 @@ class MoeTuner:
     config_env: str  # the variable that points the server at one folder of tuned files
     source: str  # where the facts below come from
     dtypes: Mapping[str, str]  # quant method (or method:algo) -> the tuner's --dtype
+    used_when: str  # which trials' servers run the tuned kernel at all
     requires: str | None = None  # a module the tuner imports that the image may lack: installed first
     # The server reads <folder>/configs/triton_<its Triton version>/: the job files the tuner's output there.
     triton_versioned: bool = False
@@ -61,6 +62,10 @@ class MoeTuner:
 VLLM_TUNER = MoeTuner(
     engine="vllm", script="/vllm-workspace/benchmarks/kernels/benchmark_moe.py",
     config_env="VLLM_TUNED_CONFIG_FOLDER", requires="ray",
+    # fused_moe/oracle/unquantized.py: on CUDA, auto tries FlashInfer (TRT-LLM, then CUTLASS) before Triton,
+    # and only Hopper puts Triton first; FlashInfer CUTLASS covers SM100/SM120 (B200, RTX PRO 6000).
+    used_when="its fused-MoE backend is Triton: --moe-backend triton, or auto before Blackwell (on Blackwell "
+              "GPUs auto runs unquantized experts on FlashInfer, which tunes itself)",
     source="vLLM benchmarks/kernels/benchmark_moe.py",
     dtypes={"": "auto", "fp8": "fp8_w8a8", "fbgemm_fp8": "fp8_w8a8", "fp8_per_block": "fp8_w8a8",
             "fp8_per_channel": "fp8_w8a8", "fp8_per_tensor": "fp8_w8a8", "modelopt:FP8": "fp8_w8a8",
@@ -75,6 +80,7 @@ VLLM_TUNER = MoeTuner(
 SGLANG_TUNER = MoeTuner(
     engine="sglang", script="/sgl-workspace/sglang/benchmark/kernels/fused_moe_triton/tuning_fused_moe_triton.py",
     config_env="SGLANG_MOE_CONFIG_DIR", requires="ray", triton_versioned=True,
+    used_when="its MoE runner runs the Triton kernel (--moe-runner-backend triton, or auto where SGLang picks it)",
     source="SGLang benchmark/kernels/fused_moe_triton/tuning_fused_moe_triton.py",
     dtypes={"": "auto", "fp8": "fp8_w8a8", "w8a8_int8": "int8_w8a8", "w8a8_fp8": "fp8_w8a8",
             "modelopt:FP8": "fp8_w8a8", "compressed-tensors:FLOAT-QUANTIZED": "fp8_w8a8"})

@@ -24,7 +24,9 @@ def test_glm5_dry_run_prints_pasteable_docker_lines_and_broken_rules(tmp_path):
     assert first[first.index("--entrypoint") + 1:first.index("--entrypoint") + 4] == [
         "vllm", "vllm/vllm-openai:v0.32.0", "serve"]
     assert "-v" in first and "/models/GLM-5-NVFP4:/models/GLM-5-NVFP4:ro" in first
-    assert "/srv/moe-configs:/moe-configs:ro" in first
+    # The enqueued config is the one that starts on PCIe: no DeepEP, NCCL without LL128, no folder mounted.
+    assert ["--all2all-backend", "allgather_reducescatter"] == first[first.index("--all2all-backend"):][:2]
+    assert "NCCL_PROTO=^LL128" in first and not any("moe-configs" in arg for arg in first)
     assert ["--tensor-parallel-size", "8"] == first[first.index("--tensor-parallel-size"):][:2]
     assert "--enable-expert-parallel" in first and "--max-num-seqs" in first
     layouts = {" ".join(shlex.split(r)[shlex.split(r).index("--tensor-parallel-size"):][:4]) for r in runs}
