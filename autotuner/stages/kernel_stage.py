@@ -44,7 +44,7 @@ def prepare(exp: Experiment, engine: Engine, echo: Callable[[str], None], *, gpu
     filled in; in a container the kernel cache mounted read-only)."""
     from autotuner.launchers import make_launcher
 
-    exp = resolve(exp, engine_version=probe_version(exp, engine))
+    exp = resolve(exp, engine_version=probe_version(exp, engine), gpu=gpus[0] if gpus else 0)
     kernels.cache_root(exp).mkdir(parents=True, exist_ok=True)  # a docker volume's host folder must exist
     result = StageResult()
     if run_jobs:
@@ -76,19 +76,19 @@ def probe_version(exp: Experiment, engine: Engine) -> str | None:
     return engine.parse_version(out)
 
 
-def resolve(exp: Experiment, *, engine_version: str | None = None) -> Experiment:
+def resolve(exp: Experiment, *, engine_version: str | None = None, gpu: int = 0) -> Experiment:
     """`exp` with its kernel cache key filled in: the GPU as nvidia-smi names GPU 0 and `engine_version`
     (the image's or binary's, as the tuner probed it), where the kernels section leaves them unset."""
     k = exp.config.kernels or KernelsConfig()
-    update = {"gpu": k.gpu or gpu_name() or "unknown-gpu", "engine_version": k.engine_version or engine_version}
+    update = {"gpu": k.gpu or gpu_name(gpu) or "unknown-gpu", "engine_version": k.engine_version or engine_version}
     config = exp.config.model_copy(update={"kernels": k.model_copy(update=update)})
     return exp.model_copy(update={"config": config})
 
 
-def gpu_name() -> str | None:
-    """GPU 0's name, as nvidia-smi gives it; None without nvidia-smi or a GPU."""
+def gpu_name(index: int = 0) -> str | None:
+    """The name nvidia-smi gives GPU `index` (the study's first); None without nvidia-smi or that GPU."""
     try:
-        out = subprocess.run(["nvidia-smi", "--query-gpu=name", "--format=csv,noheader", "-i", "0"],
+        out = subprocess.run(["nvidia-smi", "--query-gpu=name", "--format=csv,noheader", "-i", str(index)],
                              capture_output=True, text=True, timeout=30, check=True).stdout.strip()
     except (OSError, subprocess.SubprocessError):
         return None
@@ -147,8 +147,14 @@ def run(exp: Experiment, engine: Engine, launcher: Launcher, echo: Callable[[str
             echo(f"kernels: {job.key}: tuned before, reused")
             continue
         folder.mkdir(parents=True, exist_ok=True)
-        for stale in kernels.tuned_files(folder):  # an unfinished earlier run's: not this run's results
-            (folder / stale).unlink()
+        try:
+            for stale in kernels.tuned_files(folder):  # an unfinished earlier run's: not this run's results
+                (folder / stale).unlink()
+        except OSError as e:  # a container's root wrote it, say
+            stuck = f"cannot remove {e.filename}, left by an unfinished earlier run ({e.strerror}): remove {folder}"
+            result.failed.append((job, stuck))
+            echo(f"kernels: {job.key}: failed: {stuck}")
+            continue
         ctx = launcher.context(launch_context(exp, port=0, binary=None))
         spec = kernels.job_spec(exp, engine, job, ctx, python="python3" if docker else _python(engine), gpus=gpus)
         echo(f"kernels: {job.key}: tuning ({job.describe()}); log {folder / 'tuner.log'}")

@@ -282,3 +282,27 @@ def test_the_vllm_job_installs_ray_only_where_missing_and_passes_trust_remote_co
     assert install.startswith('{ python3 -c "import ray" 2>/dev/null || python3 -m pip install --quiet ray')
     args = tuner_parser("vllm").parse_args(shlex.split(tuner)[2:])
     assert args.trust_remote_code and args.tune and args.save_dir == f"/autotuner-kernels/{job.key}"  # the mount
+
+
+def test_a_leftover_file_that_cannot_be_removed_fails_that_job_with_what_to_remove(tmp_path, monkeypatch):
+    exp = with_kernels(process_experiment(GLM5, site_with(tmp_path, ray="")), model_dir(tmp_path, None), gpu="G",
+                       engine_version="0.32.0", cache_dir=tmp_path / "kc", script=str(tmp_path / "never-run.py"))
+    folder = tmp_path / "kc/vllm-0.32.0/G/tp8-ep1-auto"
+    folder.mkdir(parents=True)
+    (folder / "E=256,N=1536,device_name=G.json").write_text("{}")
+    real_unlink = Path.unlink
+
+    def unlink(self, *a, **k):  # as for a file a container's root wrote, seen by a user
+        if self.parent == folder:
+            raise PermissionError(13, "Permission denied", str(self))
+        return real_unlink(self, *a, **k)
+
+    monkeypatch.setattr(Path, "unlink", unlink)
+    monkeypatch.setattr(kernel_stage, "POLL_S", 0.05)
+    monkeypatch.setattr(kernel_stage, "_python", lambda engine: sys.executable)
+    lines: list[str] = []
+    result = kernel_stage.run(exp, get_engine("vllm"), ProcessLauncher(tmp_path / "pids"), lines.append)
+    failed = dict((str(j.key), why) for j, why in result.failed)
+    assert "cannot remove" in failed["vllm-0.32.0/G/tp8-ep1-auto"] and f"remove {folder}" in failed[
+        "vllm-0.32.0/G/tp8-ep1-auto"]
+    assert not (folder / kernels.DONE_FILE).exists()
