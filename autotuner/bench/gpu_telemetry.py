@@ -206,7 +206,7 @@ class GpuTelemetrySampler:
         self.limits: dict[int, GpuLimits] = {}
         self.nvlink_gbps: dict[int, float] = {}  # the trial's GPUs with NVLink: their links' speed
         self.nvlink_reads: list[tuple[float, dict[int, tuple[int, int]]]] = []  # at each level's start
-        self._nvlink_ends: dict[int, tuple[float, dict[int, tuple[int, int]]]] = {}  # the last level's end
+        self._nvlink_ends: dict[int, tuple[float, dict[int, tuple[int, int]]]] = {}  # each level's end, read once
         self._process: subprocess.Popen[str] | None = None
         self._thread: threading.Thread | None = None
         self._lock = threading.Lock()

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import os
 import socket
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
@@ -110,6 +110,19 @@ def free_port(host: str = "127.0.0.1") -> int:
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
         s.bind((host, 0))
         return s.getsockname()[1]
+
+
+def gpu_env(gpu_ids: Sequence[int]) -> dict[str, str]:
+    """What confines a process to `gpu_ids`, nvidia-smi's indices: CUDA numbers GPUs the same way only in
+    PCI bus order (its default puts the fastest first, which differs on a box of mixed GPUs)."""
+    if not gpu_ids:
+        return {}
+    return {"CUDA_DEVICE_ORDER": "PCI_BUS_ID", "CUDA_VISIBLE_DEVICES": ",".join(map(str, gpu_ids))}
+
+
+def env_words(env: dict[str, str]) -> str:
+    """`env` as the words in front of a shell command ("" for none)."""
+    return "".join(f"{k}={v} " for k, v in env.items())
 
 
 def tail(path: Path, lines: int = 40) -> str:

@@ -21,6 +21,7 @@ from autotuner.engines._base import LaunchContext, LaunchSpec
 from autotuner.launchers._base import (
     EngineExited,
     Handle,
+    gpu_env,
     owner_alive,
     process_start_time,
     tail,
@@ -50,11 +51,7 @@ def _child_setup(cpu_ids: tuple[int, ...]) -> Callable[[], None]:
 
 
 def _pool_env(spec: LaunchSpec) -> dict[str, str]:
-    """The leased GPUs, by nvidia-smi index: CUDA numbers them the same way only in PCI bus order (its
-    default puts the fastest first, which differs on a box of mixed GPUs)."""
-    if not spec.gpu_ids:
-        return {}
-    return {"CUDA_DEVICE_ORDER": "PCI_BUS_ID", "CUDA_VISIBLE_DEVICES": ",".join(map(str, spec.gpu_ids))}
+    return gpu_env(spec.gpu_ids)
 
 
 class ProcessLauncher:

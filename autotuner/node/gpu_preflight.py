@@ -31,6 +31,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from autotuner.launchers._base import gpu_env
 from autotuner.node.gpu_topology import Topology, describe, parse_topo_matrix
 
 PROBE_TIMEOUT_S = 180.0
@@ -295,8 +296,7 @@ def plan_lines(where: str, render: Callable[[Probe], str]) -> list[str]:
 def run_on_host(probe: Probe, gpus: Sequence[int], environ: Mapping[str, str],
                 timeout_s: float = PROBE_TIMEOUT_S) -> ProbeResult:
     """Run one probe on this machine, confined to `gpus` (process launches)."""
-    env = {**environ, "CUDA_DEVICE_ORDER": "PCI_BUS_ID", "CUDA_VISIBLE_DEVICES": ",".join(map(str, gpus))} \
-        if gpus else dict(environ)  # CUDA's numbering as nvidia-smi's (launchers/process.py)
+    env = {**environ, **gpu_env(gpus)}
     try:
         out = subprocess.run(list(probe.argv), capture_output=True, text=True, timeout=timeout_s, env=env)
     except FileNotFoundError as e:

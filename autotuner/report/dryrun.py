@@ -28,6 +28,7 @@ from autotuner.core.load_search import load_kind
 from autotuner.core.study import make_sampler, startup_trials
 from autotuner.engines._base import Engine, value_text
 from autotuner.engines.model_facts import feasibility_context
+from autotuner.launchers._base import env_words, gpu_env
 
 DRY_RUN_PORT = 8000
 
@@ -132,7 +133,7 @@ def preflight_plan(exp: Experiment, gpus: list[int], binary: str | None, echo: C
         argvs = {p.name: p.argv for p in probes("python3")}
     else:
         def render(argv: tuple[str, ...]) -> str:
-            return f"CUDA_DEVICE_ORDER=PCI_BUS_ID CUDA_VISIBLE_DEVICES={ids} {shlex.join(argv)}"
+            return env_words(gpu_env(gpus)) + shlex.join(argv)
         where = "on this host"
         argvs = {p.name: p.argv for p in probes(host_python(binary))}
     for line in plan_lines(where, lambda probe: render(argvs[probe.name])):

@@ -21,7 +21,7 @@ from pathlib import Path
 from autotuner.config import Experiment, KernelsConfig
 from autotuner.core.launch import launch_context
 from autotuner.engines._base import Engine
-from autotuner.launchers._base import Launcher, tail
+from autotuner.launchers._base import Launcher, env_words, gpu_env, tail
 from autotuner.launchers.docker_command import container_context, container_gpus, docker_run_argv, mounts
 from autotuner.stages import kernels
 from autotuner.util.files import write_atomically
@@ -118,13 +118,12 @@ def describe(exp: Experiment, engine: Engine, echo: Callable[[str], None], gpus:
 
 def planned_command(exp: Experiment, engine: Engine, job: kernels.TuningJob, gpus: Sequence[int] = ()) -> str:
     """A job's tuner as the stage would start it on `gpus`: `docker run` in the experiment's image, or the
-    argv (CUDA_VISIBLE_DEVICES in front)."""
+    argv (the GPUs' variables in front)."""
     docker = exp.config.docker if exp.config.launcher == "docker" else None
     host = launch_context(exp, port=0, binary=None)
     if docker is None:
         spec = kernels.job_spec(exp, engine, job, host, python=_python(engine), gpus=gpus)
-        visible = f"CUDA_DEVICE_ORDER=PCI_BUS_ID CUDA_VISIBLE_DEVICES={','.join(map(str, gpus))} " if gpus else ""
-        return visible + spec.command_line()
+        return env_words(gpu_env(gpus)) + spec.command_line()
     writable = kernels.with_cache_mount(exp, writable=True).config.docker
     assert writable is not None  # a docker experiment keeps its section
     mounted = mounts(writable, exp.model_path, exp.source.parent)
