@@ -30,7 +30,7 @@ import json
 import re
 from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field
-from time import perf_counter_ns
+from time import monotonic, perf_counter_ns
 from typing import Any, Literal
 
 import httpx
@@ -286,6 +286,9 @@ async def stream_request(
 # --------------------------------------------------------------------------------------------------
 
 _MAX_HEAD_BYTES = 64 * 1024
+# Servers close idle keep-alive connections after ~5 s (cpp-httplib, uvicorn, Node). One reused as the server
+# closes it fails before a byte comes back; connections idle longer than this are closed instead of reused.
+_IDLE_EXPIRY_S = 2.0
 _READ_HIGH_WATER_BYTES = 4 * 1024 * 1024  # pause reading a connection whose data nobody consumes
 
 
@@ -309,6 +312,7 @@ class _Connection(asyncio.Protocol):
         self.waiter: asyncio.Future[None] | None = None
         self.closed = False
         self.lost_exc: BaseException | None = None
+        self.idle_since = 0.0  # monotonic() when it went back to the pool
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         self.transport = transport  # type: ignore[assignment]  # a TCP transport (asyncio passes the base type)
@@ -613,7 +617,7 @@ class LoadgenTransport(httpx.AsyncBaseTransport):
         conn: _Connection | None = None
         try:
             for attempt in range(2):
-                conn, reused = await self._connect(key, timeouts.get("connect"), request)
+                conn, reused = await self._connect(key, timeouts.get("connect"), request, fresh=attempt > 0)
                 assert conn.transport is not None
                 conn.transport.write(wire)
                 try:
@@ -625,6 +629,7 @@ class LoadgenTransport(httpx.AsyncBaseTransport):
                     conn = None
                     if reused and attempt == 0:
                         continue  # the server had closed this idle connection: send once more, on a new one
+                        # (never on another idle one: those opened with it expire with it)
                     raise httpx.RemoteProtocolError("server disconnected without sending a response",
                                                     request=request) from None
             assert conn is not None
@@ -650,12 +655,13 @@ class LoadgenTransport(httpx.AsyncBaseTransport):
         lines.extend(k + b": " + v for k, v in request.headers.raw)
         return b"\r\n".join(lines) + b"\r\n\r\n"
 
-    async def _connect(self, key: tuple[str, int], timeout_s: float | None,
-                       request: httpx.Request) -> tuple[_Connection, bool]:
+    async def _connect(self, key: tuple[str, int], timeout_s: float | None, request: httpx.Request,
+                       fresh: bool = False) -> tuple[_Connection, bool]:
         idle = self._idle.get(key)
-        while idle:
+        now = monotonic()
+        while idle and not fresh:
             conn = idle.pop()
-            if not conn.closed and not conn.pieces:
+            if not conn.closed and not conn.pieces and now - conn.idle_since < _IDLE_EXPIRY_S:
                 return conn, True
             conn.close()
         loop = asyncio.get_running_loop()
@@ -715,6 +721,7 @@ class LoadgenTransport(httpx.AsyncBaseTransport):
 
     def _release(self, key: tuple[str, int], conn: _Connection | None) -> None:
         if conn is not None:
+            conn.idle_since = monotonic()
             self._idle.setdefault(key, []).append(conn)
         if self._slots is not None:
             self._slots.release()

@@ -313,7 +313,7 @@ class TrialExecutor:
                                    reason=f"stopped by {self.stop.requested} after {level_text(level)}",
                                    level_metrics=list(self.records.level_metrics))
             step, level = step + 1, following
-        if search or len(results) < plan.total:
+        if plan.done and (search or len(results) < plan.total):
             progress.phase(plan.done)
         level_metrics = list(self.records.level_metrics)
         try:

@@ -66,7 +66,9 @@ def test_quickstart_docker_runs_three_trials_records_containers_and_leaves_none(
 
     trials = optuna.load_study(study_name=study, storage=f"sqlite:///{tmp_path}/autotuner.db").get_trials()
     assert len(trials) == 3
-    assert trials[0].user_attrs["baseline"] and trials[0].state == optuna.trial.TrialState.COMPLETE
+    baseline = trials[0].user_attrs
+    assert baseline["baseline"] and trials[0].state == optuna.trial.TrialState.COMPLETE, (
+        baseline.get("failure_class"), baseline.get("failure_reason"), baseline.get("log_tail"))
     assert "--model /models/" in trials[0].user_attrs["command"]  # the server saw the mounted model
 
     client = MlflowClient(default_tracking_uri(tmp_path / "mlruns"))

@@ -22,11 +22,13 @@ from pathlib import Path
 import pytest
 import yaml
 
+from autotuner.bench.server_metrics import DEFAULT_INTERVAL_S
 from tests.conftest import everything_required
 
 REPO = Path(__file__).resolve().parents[2]
 ARTIFACTS = REPO / "ci-artifacts"
 NUM_PROMPTS = 16
+OUTPUT_LEN = 256  # long enough that a level spans a few of the /metrics sampler's periods
 LEVELS = [2, 8]
 
 pytestmark = pytest.mark.engine
@@ -64,7 +66,7 @@ name: night
 engine: llamacpp
 model: {{path: {tiny_model}, name: tiny}}
 search_space: space.yaml
-workload: {{num_prompts: {NUM_PROMPTS}, input_len: 16, output_len: 32, warmup_requests: 2}}
+workload: {{num_prompts: {NUM_PROMPTS}, input_len: 16, output_len: {OUTPUT_LEN}, warmup_requests: 2}}
 load: {{max_concurrency: {LEVELS}}}
 study: {{seed: 3}}
 startup_timeout_s: 30
@@ -133,8 +135,10 @@ def test_mlflow_store_holds_the_run_tree_params_metrics_steps_tags_and_artifacts
     assert "level/server_requests_running_max" in good.data.metrics or "level/server_samples" in good.data.metrics
     running = client.get_metric_history(good.info.run_id, "server/requests_running")
     assert running and max(m.value for m in running) <= 4  # never more than the 4 slots
-    sampled = client.get_metric_history(good.info.run_id, "level/server_samples")
-    assert max(m.value for m in sampled) >= 1  # a short level may get none; the sweep as a whole does
+    sampled = {m.step: m.value for m in client.get_metric_history(good.info.run_id, "level/server_samples")}
+    took = {m.step: m.value for m in client.get_metric_history(good.info.run_id, "level/duration_s")}
+    assert max(took.values()) >= 2 * DEFAULT_INTERVAL_S  # else the workload is too short to show the sampler
+    assert all(sampled[step] >= 1 for step in took if took[step] >= 2 * DEFAULT_INTERVAL_S)
 
     # Tags: trial, state, failure class, engine and version, launcher, host fingerprint.
     tags = good.data.tags
@@ -152,7 +156,7 @@ def test_mlflow_store_holds_the_run_tree_params_metrics_steps_tags_and_artifacts
     records = [json.loads(line) for line in (folder / "requests.jsonl").read_text().splitlines()]
     assert len(records) == NUM_PROMPTS * len(LEVELS)
     assert {r["level"] for r in records} == {0, 1} and all(r["error"] is None for r in records)
-    assert all(r["output_tokens"] == 32 for r in records)
+    assert all(r["output_tokens"] == OUTPUT_LEN for r in records)
     bench = json.loads((folder / "bench.json").read_text())
     assert [lv["max_concurrency"] for lv in bench["levels"]] == LEVELS
     resolved = yaml.safe_load((folder / "experiment.yaml").read_text())

@@ -14,6 +14,7 @@ from typing import Any
 import pytest
 from typer.testing import CliRunner
 
+from autotuner.bench import client as client_module
 from autotuner.bench.client import RequestRecord, ignored_proxy_note, make_client, stream_request
 
 CLOSE = b"<close the connection>"  # in a scripted reply: the server closes the connection there
@@ -33,10 +34,12 @@ GOOD = (b"HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\ntransfer-encodin
 class RawServer:
     """Answers each request with the next scripted reply: a list of byte strings written one by one
     (a short pause between them, so they tend to arrive as separate reads; CLOSE closes the
-    connection). Counts connections, and those still open."""
+    connection). Counts connections, and those still open. With `close_reused` set, a request on a
+    connection that has already served one is met by closing it (a keep-alive timeout running out)."""
 
     def __init__(self, replies: list[list[bytes]]) -> None:
         self.replies = list(replies)
+        self.close_reused = False
         self.requests = 0
         self.connections = 0
         self.open = 0
@@ -58,6 +61,7 @@ class RawServer:
     async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         self.connections += 1
         self.open += 1
+        served = 0
         try:
             while True:
                 try:
@@ -67,6 +71,9 @@ class RawServer:
                 length = next(int(line.split(b":")[1]) for line in head.split(b"\r\n")
                               if line.lower().startswith(b"content-length:"))
                 await reader.readexactly(length)
+                if served and self.close_reused:
+                    return
+                served += 1
                 self.requests += 1
                 for i, part in enumerate(self.replies.pop(0)):
                     if i:
@@ -168,6 +175,33 @@ def test_a_connection_closed_after_an_interim_response_is_an_error_not_a_resend(
     record, after, server = asyncio.run(go())
     assert record.error is not None and "RemoteProtocolError" in record.error, record.error
     assert after.error is None and server.requests == 3  # the interrupted request was sent once
+
+
+def test_a_request_met_by_a_closing_idle_connection_is_sent_again_on_a_new_one() -> None:
+    async def go() -> tuple[RequestRecord, RawServer]:
+        async with RawServer([[GOOD], [GOOD], [GOOD]]) as server, make_client(2) as client:
+            await asyncio.gather(send(client, server.url), send(client, server.url))  # two idle connections
+            server.close_reused = True  # both of their keep-alive timeouts run out together
+            return await send(client, server.url), server
+
+    record, server = asyncio.run(go())
+    assert record.error is None, record.error  # not resent on the other idle connection, which closes too
+    assert (server.requests, server.connections) == (3, 3)
+
+
+def test_a_connection_idle_too_long_is_not_reused(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(client_module, "_IDLE_EXPIRY_S", 0.05)
+
+    async def go() -> tuple[list[RequestRecord], RawServer]:
+        async with RawServer([[GOOD], [GOOD], [GOOD]]) as server, make_client(1) as client:
+            first = await send(client, server.url)
+            second = await send(client, server.url)  # at once: the same connection
+            await asyncio.sleep(0.1)
+            return [first, second, await send(client, server.url)], server
+
+    records, server = asyncio.run(go())
+    assert all(r.error is None for r in records)
+    assert server.connections == 2
 
 
 def test_a_101_switching_protocols_is_an_error() -> None:
