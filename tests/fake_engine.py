@@ -4,7 +4,8 @@ the executor and every rule between them run for real in seconds, without buildi
 Its params change what the server really does: `itl_ms` its time between tokens (speed), `capacity`
 how many requests it serves at once before answering 503 (an overloaded server), `start_delay_s` how
 long it takes to listen (a slow start), `wrong_answers` whether it answers the quality prompts as the
-defaults do, `kernel` a choice of which the server accepts only some values (others: a bad-flag exit).
+defaults do, `drop_streams` which streamed requests it drops unanswered, `kernel` a choice of which
+the server accepts only some values (others: a bad-flag exit).
 The process is started by the real ProcessLauncher.
 """
 
@@ -28,11 +29,13 @@ class FakeEngine(Engine):
         "start_delay_s": Flag(flag="--start-delay-s", help="seconds before it listens"),
         "wrong_answers": Flag(on="--wrong-answers", help="answers differ from the defaults'"),
         "kernel": Flag(flag="--kernel", help="fast or safe; any other value is refused at start (bad-flag)"),
+        "drop_streams": Flag(flag="--drop-stream", help='"3 20": drop the 3rd and 20th streamed requests'),
     }
 
     def tuning_args(self, params: Mapping[str, Any]) -> list[str]:
-        args = super().tuning_args({k: v for k, v in params.items() if k != "itl_ms"})
-        return args + (["--itl-s", str(params["itl_ms"] / 1000)] if "itl_ms" in params else [])
+        args = super().tuning_args({k: v for k, v in params.items() if k not in ("itl_ms", "drop_streams")})
+        args += ["--itl-s", str(params["itl_ms"] / 1000)] if "itl_ms" in params else []
+        return args + [a for n in str(params.get("drop_streams", "")).split() for a in ("--drop-stream", n)]
 
     def build(self, params: Mapping[str, Any], ctx: LaunchContext) -> LaunchSpec:
         argv = [sys.executable, str(SERVER), "--port", str(ctx.port), "--coarse-timing", "--metrics-lines", "1",

@@ -53,6 +53,9 @@ class FakeServerConfig:
     capacity: int | None = None  # requests in flight beyond this are answered 503 (an overloaded server)
     error_after_tokens: int | None = None  # send an {"error": ...} event after this many tokens
     drop_after_tokens: int | None = None  # close the connection after this many tokens, mid-body
+    # the streamed generation requests (1-based, in order of arrival) whose connection is closed at once,
+    # without a response (a server dropping a request)
+    drop_streams: frozenset[int] = frozenset()
     # close every connection right after a complete response, without "connection: close" (like a
     # server whose keep-alive timeout is up): the client must not reuse it
     close_after_response: bool = False
@@ -210,6 +213,7 @@ class _ServerState:
         self.in_flight = 0
         self.max_in_flight = 0
         self.served = 0
+        self.streams = 0  # streamed generation requests received
         self.connections = 0  # TCP connections accepted (keep-alive reuse shows as few)
         self.transports: set[asyncio.Transport] = set()
         self.instant_cache: dict[tuple[Any, ...], bytes] = {}
@@ -311,6 +315,9 @@ class _HttpConnection(asyncio.Protocol):
             return self._reply(_plain_response(config.status, err, keep_alive), keep_alive)
         if not body.get("stream"):
             return self._reply(_plain_response(200, _whole_answer(config, path, body), keep_alive), keep_alive)
+        self.state.streams += 1
+        if self.state.streams in config.drop_streams:
+            return self.transport.close()
         if config.capacity is not None and self.state.in_flight >= config.capacity:
             err = {"error": {"message": "server overloaded", "type": "Overloaded", "code": 503}}
             return self._reply(_plain_response(503, err, keep_alive), keep_alive)
@@ -563,6 +570,8 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--output-tokens", type=int, default=None)
     parser.add_argument("--token-text", default="tok")
     parser.add_argument("--capacity", type=int, default=None, help="requests in flight beyond this get 503")
+    parser.add_argument("--drop-stream", type=int, action="append", default=[],
+                        help="close the connection of the Nth streamed request, unanswered (repeatable)")
     parser.add_argument("--start-delay-s", type=float, default=0.0, help="wait this long before listening")
     parser.add_argument("--metrics-lines", type=int, default=0, help="serve /metrics (with this much padding)")
     parser.add_argument("--wrong-answers", action="store_true", help="answer non-streamed requests differently")
@@ -574,6 +583,7 @@ def main(argv: list[str] | None = None) -> None:
     config = FakeServerConfig(ttft_s=args.ttft_s, itl_s=args.itl_s, output_tokens=args.output_tokens,
                               token_text=args.token_text, record=False, precise_timing=not args.coarse_timing,
                               capacity=args.capacity, metrics_lines=args.metrics_lines,
+                              drop_streams=frozenset(args.drop_stream),
                               wrong_answers=args.wrong_answers)
     time.sleep(args.start_delay_s)  # a slow start, for readiness timeouts
     with contextlib.suppress(KeyboardInterrupt):

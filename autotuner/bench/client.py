@@ -72,6 +72,12 @@ class RequestRecord:
     def ok(self) -> bool:
         return self.error is None
 
+    @property
+    def dropped(self) -> bool:
+        """The server closed the connection, with no answer or part of one: neither a status, an error
+        event nor a timeout (the transport's errors below)."""
+        return self.error is not None and self.error.lower().startswith(_DROPPED)
+
     def to_json(self) -> dict[str, Any]:
         return asdict(self)
 
@@ -284,6 +290,11 @@ async def stream_request(
 #                            a 101, a disconnect before the response or mid-body
 # Whatever it raises, the connection is closed and its slot given back.
 # --------------------------------------------------------------------------------------------------
+
+# A record's error, lower-cased, when the server closed the connection before the response ended
+# (RequestRecord.dropped); httpx's own transport, for https, words them alike.
+_DROPPED = ("remoteprotocolerror: server disconnected", "remoteprotocolerror: peer closed connection",
+            "readerror: connection lost")
 
 _MAX_HEAD_BYTES = 64 * 1024
 # Servers close idle keep-alive connections after ~5 s (cpp-httplib, uvicorn, Node). One reused as the server

@@ -257,6 +257,13 @@ class GpuTelemetrySampler:
         if self.nvlink_gbps:
             self.nvlink_reads.append(self._read_nvlink())
 
+    def forget_level(self) -> None:
+        """Drop the level under way and its samples (it is measured again, from a new `mark()`)."""
+        with self._lock:
+            del self.samples[self.marks.pop():]
+        if self.nvlink_gbps:
+            self.nvlink_reads.pop()
+
     def level_metrics(self, index: int) -> dict[str, float]:
         with self._lock:
             start = self.marks[index] if index < len(self.marks) else len(self.samples)

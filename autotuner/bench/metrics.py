@@ -212,6 +212,18 @@ def usage_note(result: LevelResult) -> str | None:
 _PER_REQUEST_SLO = {"e2e_ms_": 0, "ttft_ms_": 1, "tpot_ms_": 2}
 
 
+DROPPED_BEFORE = "dropped_before_remeasure"  # requests the server dropped in a level's first measurement
+
+
+def dropped_only(records: Sequence[RequestRecord], max_error_rate: float) -> int:
+    """How many requests were dropped (RequestRecord.dropped) when those alone, and no other failure, took
+    the level over `max_error_rate`; else 0."""
+    failed = [r for r in records if not r.ok]
+    if not failed or len(failed) / len(records) <= max_error_rate or not all(r.dropped for r in failed):
+        return 0
+    return len(failed)
+
+
 GOODPUT = "goodput_req_per_s"  # the level metric goodput() gives (it needs the SLO, so LevelResult lacks it)
 
 

@@ -194,6 +194,11 @@ class ServerMetricsSampler:
             self.marks.append(len(self.samples))
         self._boundary()
 
+    def forget_level(self) -> None:
+        """Drop the level under way and its samples (it is measured again, from a new `mark()`)."""
+        with self._lock:
+            del self.samples[self.marks.pop():]
+
     def level_samples(self, index: int) -> list[Sample]:
         """The samples of level `index`, from its start up to the next level's (or to now)."""
         if index >= len(self.marks):

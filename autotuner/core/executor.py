@@ -24,8 +24,9 @@ from typing import Any
 import optuna
 
 from autotuner import quality
+from autotuner.bench.client import RequestRecord
 from autotuner.bench.gpu_telemetry import GpuTelemetrySampler
-from autotuner.bench.metrics import GOODPUT, LevelResult, goodput, usage_note
+from autotuner.bench.metrics import DROPPED_BEFORE, GOODPUT, LevelResult, dropped_only, goodput, usage_note
 from autotuner.bench.runner import run_level
 from autotuner.bench.server_metrics import ServerMetricsSampler
 from autotuner.bench.server_metrics import summarize as summarize_samples
@@ -254,7 +255,6 @@ class TrialExecutor:
         w = self.cfg.workload
         objective = self.cfg.objective
         search = self.cfg.load.search is not None
-        model = handle.spec.served_model_name
         plan = make_plan(self.cfg.load, lambda m: meets(m, objective))
         results: list[LevelResult] = []
         t = time.perf_counter()
@@ -266,18 +266,26 @@ class TrialExecutor:
             of = f" [{step + 1}/{plan.total}]" if plan.total > 1 else ""
             within = f" or {w.duration_s:g} s" if w.duration_s else ""
             progress.phase(f"measuring {level_text(level)}{of} ({w.num_prompts} requests{within})")
-            sampler.mark()
-            self.gpu_telemetry.mark()
             timeout_s = self._timeout(level)
-            result, records = await run_level(handle.base_url, model, level_workload(workload, step),
-                                              timeout_s=timeout_s, duration_s=w.duration_s, **level)
+            result, records = await self._run_level(handle, level_workload(workload, step), level, timeout_s,
+                                                    sampler)
+            # A dropped connection may be a passing fault: only a level that drops requests again ends the
+            # sweep, else one request could cut a trial's value (a probe's failures end only that probe).
+            dropped = 0 if search else dropped_only(records, objective.max_error_rate)
+            if dropped and self.launcher.is_running(handle):
+                progress.phase(f"the server dropped {dropped} of {len(records)} requests at {level_text(level)} "
+                               "and is still up: measuring it once more")
+                sampler.forget_level()
+                self.gpu_telemetry.forget_level()
+                result, records = await self._run_level(handle, level_workload(workload, step), level, timeout_s,
+                                                        sampler)
             self._rate = result.output_tok_per_s if result.completed else self._rate
             self.records.add_level(step, records)
             results.append(result)
             metrics = {**level, **result.metrics(), **spread_metrics(records), "request_timeout_s": timeout_s,
                        GOODPUT: goodput(records, result.duration_s, objective.slo),
                        **summarize_samples(sampler.level_samples(step), self.engine.name),
-                       **self.gpu_telemetry.level_metrics(step)}
+                       **self.gpu_telemetry.level_metrics(step), **({DROPPED_BEFORE: dropped} if dropped else {})}
             if note := usage_note(result):
                 progress.note(f"    warning at {level_text(level)}: {note}")
             self.records.level_metrics.append(metrics)
@@ -324,6 +332,13 @@ class TrialExecutor:
             return TrialResult("FAIL", levels=results, failure_class="slo-violated", reason=str(e),
                                level_metrics=level_metrics, transient=near)
         return TrialResult("COMPLETE", values=values, levels=results, level_metrics=level_metrics)
+
+    async def _run_level(self, handle: Handle, workload: Workload, level: dict[str, Any], timeout_s: float,
+                         sampler: ServerMetricsSampler) -> tuple[LevelResult, list[RequestRecord]]:
+        sampler.mark()
+        self.gpu_telemetry.mark()
+        return await run_level(handle.base_url, handle.spec.served_model_name, workload, timeout_s=timeout_s,
+                               duration_s=self.cfg.workload.duration_s, **level)
 
     def _measured_scaling(self, trial: optuna.Trial | None, load_key: str, max_load: float) -> dict[float, float]:
         """How steeply the study's finished trials grew with load (pruning.measured_scaling), for the

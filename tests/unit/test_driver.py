@@ -49,6 +49,29 @@ def test_an_overloaded_higher_level_keeps_the_lower_levels_that_met_the_slo(tmp_
     assert "the lower levels that met the SLO count" in out
 
 
+def test_a_level_where_the_server_dropped_a_request_is_measured_once_more(tmp_path):
+    # Streams 1-16 are the first level, 17-32 the second; 20 drops, and its re-measurement (33-48) drops none.
+    # (The first 4 of a level open new connections: one dropped on a reused connection would be resent.)
+    trials, out = study(tmp_path, "  drop_streams: {type: categorical, choices: ['20']}\n",
+                        WORK + "load: {max_concurrency: [2, 4]}\nconfirm: {top_k: 0}\n", 1, ", baseline: false")
+    (t,) = trials
+    levels = t.user_attrs["levels"]
+    assert [(m["max_concurrency"], m["failed"]) for m in levels] == [(2, 0), (4, 0)]
+    assert "dropped_before_remeasure" not in levels[0] and levels[1]["dropped_before_remeasure"] == 1
+    assert "the server dropped 1 of 16 requests at concurrency 4 and is still up: measuring it once more" in out
+    assert t.user_attrs["scored_level"] == 1  # the value is the re-measured level's
+
+
+def test_a_level_that_drops_requests_again_ends_the_sweep(tmp_path):
+    trials, out = study(tmp_path, "  drop_streams: {type: categorical, choices: ['20 35']}\n",
+                        WORK + "load: {max_concurrency: [2, 4]}\nconfirm: {top_k: 0}\n", 1, ", baseline: false")
+    (t,) = trials
+    levels = t.user_attrs["levels"]
+    assert t.state.name == "COMPLETE" and [m["failed"] for m in levels] == [0, 1]
+    assert levels[1]["dropped_before_remeasure"] == 1 and t.user_attrs["scored_level"] == 0
+    assert out.count("measuring it once more") == 1 and "the lower levels that met the SLO count" in out
+
+
 def test_the_round_interleaves_the_top_configs_with_the_baseline(tmp_path):
     trials, out = study(tmp_path, "  itl_ms: {type: categorical, choices: [2, 5, 20]}\n",
                         WORK + "load: {max_concurrency: [4]}\nconfirm: {top_k: 2, repeats: 2}\n"

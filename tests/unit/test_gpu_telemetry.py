@@ -199,5 +199,8 @@ esac
         assert m["gpu_count"] == 2 and m["gpu_power_frac_mean"] == pytest.approx(598.5 / 600)
         assert m["gpu_nvlink_tx_gbps_mean"] > 0 and 0 < m["gpu_nvlink_frac_mean"]
         assert sampler.level_metrics(0) == m  # the end reading is taken once
+        sampler.mark()
+        sampler.forget_level()  # a level measured again: its mark and NVLink reading go
+        assert (len(sampler.marks), len(sampler.nvlink_reads)) == (1, 1) and sampler.level_metrics(0) == m
     finally:
         sampler.stop()

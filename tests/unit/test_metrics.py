@@ -9,7 +9,15 @@ import random
 import pytest
 
 from autotuner.bench.client import RequestRecord
-from autotuner.bench.metrics import MAX_ERROR_SAMPLES, LatencyStats, LevelResult, goodput, percentile, usage_note
+from autotuner.bench.metrics import (
+    MAX_ERROR_SAMPLES,
+    LatencyStats,
+    LevelResult,
+    dropped_only,
+    goodput,
+    percentile,
+    usage_note,
+)
 
 MS = 1_000_000  # ns
 
@@ -164,3 +172,19 @@ def test_goodput_counts_requests_meeting_every_per_request_slo() -> None:
     # ITL and error_rate have no per-request meaning: they do not change goodput.
     assert goodput(records, 2.0, {"itl_ms_p99": 0.001, "error_rate": 0}) == 4 / 2
     assert math.isnan(goodput(records, 0.0, {}))
+
+
+@pytest.mark.parametrize("errors, limit, expected", [
+    (["RemoteProtocolError: server disconnected without sending a response"], 0.0, 1),
+    (["RemoteProtocolError: Server disconnected without sending a response."], 0.0, 1),  # httpx's words
+    (["RemoteProtocolError: peer closed connection without sending complete message body",
+      "ReadError: connection lost: [Errno 104] Connection reset by peer"], 0.0, 2),
+    (["RemoteProtocolError: server disconnected without sending a response"], 0.5, 0),  # within the limit
+    (["RemoteProtocolError: server disconnected without sending a response", "HTTP 503: overloaded"], 0.0, 0),
+    (["timeout after 30 s"], 0.0, 0),  # load, not a drop
+    (["ConnectError: Connection refused (127.0.0.1:9)"], 0.0, 0),  # nobody listening: not a passing fault
+    ([], 0.0, 0),
+])
+def test_a_level_is_measured_again_only_when_dropped_requests_alone_failed_it(errors, limit, expected):
+    records = [RequestRecord(start_ns=0, error=e) for e in errors] + [RequestRecord(start_ns=0)]
+    assert dropped_only(records, limit) == expected

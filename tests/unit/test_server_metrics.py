@@ -132,17 +132,26 @@ def wait_for(sampler: ServerMetricsSampler, n: int) -> None:
         time.sleep(0.025)
 
 
+def start_level(sampler: ServerMetricsSampler) -> None:
+    """Mark a new level and wait for two samples of it under load."""
+    sampler.mark()
+    wait_for(sampler, len([s for s in sampler.samples if not s.boundary]) + 2)
+
+
 def test_sampler_polls_on_its_own_thread_and_splits_samples_by_level():
     server = MetricsServer()
     sampler = ServerMetricsSampler(server.url, "vllm", interval_s=0.05)
     try:
         sampler.start()
-        sampler.mark()
-        wait_for(sampler, 2)
+        start_level(sampler)
         first = sampler.level_samples(0)  # closes level 0 with a boundary sample
-        sampler.mark()
-        wait_for(sampler, len([s for s in sampler.samples if not s.boundary]) + 2)
+        start_level(sampler)
         second = sampler.level_samples(1)
+        start_level(sampler)
+        forgotten = sampler.samples[sampler.marks[2]:]
+        sampler.forget_level()  # level 2 is measured again, from a new mark
+        start_level(sampler)
+        again = sampler.level_samples(2)
         asyncio.run(sampler.stop())  # awaitable from the measurement's event loop
     finally:
         server.close()
@@ -158,6 +167,10 @@ def test_sampler_polls_on_its_own_thread_and_splits_samples_by_level():
     inside = [s.values["requests_running"] for s in second if not s.boundary]
     assert out["server_samples"] == len(inside) and out["server_requests_running_max"] == max(inside)
     assert sampler.poll_cpu_s > 0
+    # The forgotten samples are gone; the level measured again has only its own.
+    assert len(sampler.marks) == 3 and len(forgotten) >= 2
+    assert not set(map(id, forgotten)) & set(map(id, sampler.samples))
+    assert min(s.values["requests_running"] for s in again) > max(s.values["requests_running"] for s in forgotten)
     sampler.close()  # safe twice
 
 
