@@ -292,7 +292,7 @@ async def stream_request(
 # --------------------------------------------------------------------------------------------------
 
 # A record's error, lower-cased, when the server closed the connection before the response ended
-# (RequestRecord.dropped); httpx's own transport, for https, words them alike.
+# (RequestRecord.dropped). httpx's own transport (https) words the first two alike, not its ReadErrors.
 _DROPPED = ("remoteprotocolerror: server disconnected", "remoteprotocolerror: peer closed connection",
             "readerror: connection lost")
 

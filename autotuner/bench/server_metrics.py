@@ -196,6 +196,7 @@ class ServerMetricsSampler:
 
     def forget_level(self) -> None:
         """Drop the level under way and its samples (it is measured again, from a new `mark()`)."""
+        self._boundary()  # a poll still under way lands now, to be dropped too
         with self._lock:
             del self.samples[self.marks.pop():]
 

@@ -105,11 +105,14 @@ def warmup_workload(workload: Workload, num_prompts: int) -> Workload:
     return replace(workload, num_prompts=num_prompts, stream="warmup")
 
 
-def level_workload(workload: Workload, index: int) -> Workload:
+def level_workload(workload: Workload, index: int, again: bool = False) -> Workload:
     """The requests of load level `index` (0 first): prompts no other level or warm-up sends.
 
     Level 0 keeps the workload's own seed, so a one-level study sends the prompts it always sent.
+    `again`: the level's second measurement, with prompts of its own (a server may have cached the first's).
     """
+    if again:
+        return replace(workload, stream=f"level-{index}-again")
     return workload if index == 0 else replace(workload, stream=f"level-{index}")
 
 

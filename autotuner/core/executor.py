@@ -272,13 +272,13 @@ class TrialExecutor:
             # A dropped connection may be a passing fault: only a level that drops requests again ends the
             # sweep, else one request could cut a trial's value (a probe's failures end only that probe).
             dropped = 0 if search else dropped_only(records, objective.max_error_rate)
-            if dropped and self.launcher.is_running(handle):
+            if dropped and not self.stop.requested and self.launcher.is_running(handle):
                 progress.phase(f"the server dropped {dropped} of {len(records)} requests at {level_text(level)} "
                                "and is still up: measuring it once more")
                 sampler.forget_level()
                 self.gpu_telemetry.forget_level()
-                result, records = await self._run_level(handle, level_workload(workload, step), level, timeout_s,
-                                                        sampler)
+                result, records = await self._run_level(handle, level_workload(workload, step, again=True), level,
+                                                        timeout_s, sampler)
             self._rate = result.output_tok_per_s if result.completed else self._rate
             self.records.add_level(step, records)
             results.append(result)

@@ -107,8 +107,9 @@ def test_warmup_and_every_level_send_prompts_no_other_sends() -> None:
     """No prefix-cache head start: a prompt is never sent twice, and none shares a 16-word head with another."""
     w = Workload(num_prompts=64, input_len=32, seed=3)
     streams = [prompts(warmup_workload(w, 8))] + [prompts(level_workload(w, i)) for i in range(6)]
-    sent = [p for stream in streams for p in stream]
-    assert len(sent) == 8 + 6 * 64
+    again = [prompts(level_workload(w, i, again=True)) for i in range(2)]  # levels measured a second time
+    sent = [p for stream in streams + again for p in stream]
+    assert len(sent) == 8 + 8 * 64
     assert len({tuple(p.split()[:16]) for p in sent}) == len(sent)
     # The same for every trial (a config sees what every other config saw at that level) ...
     assert prompts(level_workload(w, 4)) == streams[5] and prompts(warmup_workload(w, 8)) == streams[0]
