@@ -271,8 +271,10 @@ class TrialExecutor:
                                                     sampler)
             # A dropped connection may be a passing fault: only a level that drops requests again ends the
             # sweep, else one request could cut a trial's value (a probe's failures end only that probe).
-            dropped = 0 if search else dropped_only(records, objective.max_error_rate)
-            if dropped and not self.stop.requested and self.launcher.is_running(handle):
+            dropped = 0 if search or self.stop.requested else dropped_only(records, objective.max_error_rate)
+            if dropped and not self.launcher.is_running(handle):
+                dropped = 0  # no second measurement of a dead server (the crash check below says so)
+            if dropped:
                 progress.phase(f"the server dropped {dropped} of {len(records)} requests at {level_text(level)} "
                                "and is still up: measuring it once more")
                 sampler.forget_level()

@@ -50,10 +50,6 @@ def _child_setup(cpu_ids: tuple[int, ...]) -> Callable[[], None]:
     return setup
 
 
-def _pool_env(spec: LaunchSpec) -> dict[str, str]:
-    return gpu_env(spec.gpu_ids)
-
-
 class ProcessLauncher:
     """Starts LaunchSpecs as local processes; keeps a pidfile per server under `state_dir`."""
 
@@ -72,7 +68,7 @@ class ProcessLauncher:
             proc = subprocess.Popen(
                 spec.argv, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
                 env={**os.environ, **spec.log_env, **spec.cache_environment(spec.cache_dir or ""), **spec.env,
-                     **_pool_env(spec), **spec.secret_env},
+                     **gpu_env(spec.gpu_ids), **spec.secret_env},
                 start_new_session=True, preexec_fn=_child_setup(spec.cpu_ids), cwd=spec.workdir,
             )
         self.state_dir.mkdir(parents=True, exist_ok=True)
