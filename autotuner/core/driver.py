@@ -341,22 +341,24 @@ class StudyDriver:
     def _advise(self, progress: Progress, trials_left: int | None) -> None:
         """When the queue is empty: the first advisor with a new, valid proposal gets this slot (asked
         again after every trial, with its evidence); none: the sampler's slot."""
-        if not self.advisors or self.study.get_trials(deepcopy=False, states=(TrialState.WAITING,)):
+        if not self.advisors:
             return
-        self._learn_bans(progress)
-        so_far = self._study_so_far(trials_left)
-        running = {record.view(t).config_key
-                   for t in self.study.get_trials(deepcopy=False, states=(TrialState.RUNNING,))}
-        for advisor in self.advisors:
-            try:  # a bug, an unreadable earlier study: that advisor's proposals are lost, never the study
-                for p in advisor.propose(so_far):
-                    if self._take(advisor.name, p, so_far, running, progress):
-                        return
-            except Exception as e:  # said once per distinct failure
-                why = str(e) if isinstance(e, AdviceError) else f"{type(e).__name__}: {e}"
-                self._refuse(progress, advisor.name, why, f"no proposal this time ({why})")
+        # Workers between trials at once would each find the queue empty and queue the same proposal.
+        with locks.creating(self.cfg.study.storage):
+            if self.study.get_trials(deepcopy=False, states=(TrialState.WAITING,)):
+                return
+            self._learn_bans(progress)
+            so_far = self._study_so_far(trials_left)
+            for advisor in self.advisors:
+                try:  # a bug, an unreadable earlier study: that advisor's proposals are lost, never the study
+                    for p in advisor.propose(so_far):
+                        if self._take(advisor.name, p, so_far, progress):
+                            return
+                except Exception as e:  # said once per distinct failure
+                    why = str(e) if isinstance(e, AdviceError) else f"{type(e).__name__}: {e}"
+                    self._refuse(progress, advisor.name, why, f"no proposal this time ({why})")
 
-    def _take(self, who: str, p: Proposal, so_far: StudySoFar, running: set[Any], progress: Progress) -> bool:
+    def _take(self, who: str, p: Proposal, so_far: StudySoFar, progress: Progress) -> bool:
         """Enqueue the proposal when it is new and valid; True when it took the slot."""
         if p.refused:
             self._refuse(progress, who, repr(sorted(p.params.items(), key=str)),
@@ -364,7 +366,7 @@ class StudyDriver:
             return False
         params = complete(p.params, self.space, so_far.defaults)
         key = record.config_key(params, False)
-        if (who, key) in self._refused or self._measured(params, False) is not None or key in running:
+        if (who, key) in self._refused or self._measured(params, False) is not None:
             return False
         if broken := self._broken(params):
             self._refuse(progress, who, key, f"proposed {self.engine.describe(params)}: refused ({'; '.join(broken)})")
@@ -383,7 +385,7 @@ class StudyDriver:
                     return False
                 params, reason = complete(answer, self.space, so_far.defaults), f"{p.reason} (edited by the user)"
                 key = record.config_key(params, False)
-                if self._measured(params, False) is not None or key in running:
+                if self._measured(params, False) is not None:
                     progress.note(f"advisor {who}: the edited config {self.engine.describe(params)} was measured")
                     return False
                 if broken := self._broken(params):
@@ -535,7 +537,7 @@ class StudyDriver:
             params = {} if baseline else self.space.suggest(trial)
             if trial.user_attrs.get(record.RETRY_OF) is not None:
                 return trial, params
-            earlier = self._measured(params, baseline)
+            earlier = self._measured(params, baseline, asking=trial.number)
             if earlier is None:
                 return trial, params
             trial.set_user_attr(record.DUPLICATE_OF, earlier)
@@ -555,15 +557,13 @@ class StudyDriver:
                 )
         return None
 
-    def _measured(self, params: dict[str, Any], baseline: bool) -> int | None:
+    def _measured(self, params: dict[str, Any], baseline: bool, asking: int | None = None) -> int | None:
         """The trial that settled this configuration: measured it, or failed it (a transient failure is
-        settled by its retry; an interruption settles nothing)."""
+        settled by its retry; an interruption settles nothing), or another worker measuring it now."""
         key = record.config_key(params, baseline)
-        for t in map(
-            record.view,
-            self.study.get_trials(deepcopy=False, states=(TrialState.COMPLETE, TrialState.FAIL, TrialState.PRUNED)),
-        ):
-            if t.config_key != key or t.duplicate_of is not None:
+        settled = (TrialState.COMPLETE, TrialState.FAIL, TrialState.PRUNED, TrialState.RUNNING)
+        for t in map(record.view, self.study.get_trials(deepcopy=False, states=settled)):
+            if t.number == asking or t.config_key != key or t.duplicate_of is not None:
                 continue
             if t.state != "FAIL" or t.retry_of is not None or not (t.transient or t.failure_class == "interrupted"):
                 return t.number

@@ -1,5 +1,5 @@
 """A lock for the moments two tuners on one study must not overlap: creating its database (schema
-migrations race otherwise) and queueing the study's first trials (else the baseline runs twice). A lock
+migrations race otherwise) and queueing trials (else the baseline, or an advisor's proposal, runs twice). A lock
 file beside a SQLite database; a PostgreSQL advisory lock (held by one connection) for workers on many
 machines."""
 

@@ -86,6 +86,32 @@ def test_the_driver_takes_proposals_first_checks_them_and_never_launches_one_twi
     assert advisor.seen[0] == 1 and advisor.seen == sorted(set(advisor.seen))  # asked again with more evidence
 
 
+def test_workers_advising_at_once_queue_a_proposal_once(tmp_path):
+    import threading
+    import time
+
+    from autotuner.core.progress import Progress
+    from tests.unit.test_driver import worker
+
+    class Slow(Scripted):  # thinks long enough for the other worker to find the queue empty too
+        def propose(self, s: StudySoFar) -> list[Proposal]:
+            time.sleep(0.5)
+            return super().propose(s)
+
+    space = "  itl_ms: {type: categorical, choices: [2, 5, 20]}\n"
+    drivers = [worker(tmp_path, space, WORK + "load: {max_concurrency: [2]}\nquality: off\n")[0] for _ in range(2)]
+    for d in drivers:
+        d.advisors = [Slow([Proposal({"itl_ms": 2}, "the fast one")])]
+    threads = [threading.Thread(target=d._advise, args=(Progress(2, "output_tok_per_s"), 2)) for d in drivers]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(timeout=30)
+    queued = drivers[0].study.get_trials()
+    assert [t.system_attrs["fixed_params"] for t in queued] == [{"itl_ms": 2}]
+    assert sum(len(d.advisors[0].seen) for d in drivers) == 1  # the other found it queued: not asked
+
+
 def test_an_infeasible_proposal_is_refused_with_the_rule_it_breaks(tmp_path, monkeypatch):
     advisor = Scripted([Proposal({"itl_ms": 5}, "breaks the rule")])
     monkeypatch.setattr("autotuner.core.driver.StudyDriver._make_advisors", lambda self: [advisor])

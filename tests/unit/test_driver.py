@@ -21,6 +21,14 @@ from tests.fake_engine import FakeEngine
 
 def study(tmp_path: Path, space: str, body: str, n: int, study_extra: str = "", startup_s: float = 10) -> tuple[list, str]:
     """Run `n` trials of a study of the fake engine; its trials and what progress printed."""
+    driver, out = worker(tmp_path, space, body, study_extra, startup_s)
+    return driver.run(n).get_trials(), out.getvalue()
+
+
+def worker(tmp_path: Path, space: str, body: str, study_extra: str = "",
+           startup_s: float = 10) -> tuple[StudyDriver, io.StringIO]:
+    """A driver of a study of the fake engine (another one on the same files: another worker on the study),
+    and where its progress prints."""
     model = tmp_path / "model.bin"
     model.write_bytes(b"fake")
     (tmp_path / "s.yaml").write_text("engine: fake\nparams:\n" + space)
@@ -32,7 +40,7 @@ def study(tmp_path: Path, space: str, body: str, n: int, study_extra: str = "", 
                          launcher=ProcessLauncher(tmp_path / "procs"), tracker=MlflowTracker(root=tmp_path / "mlruns"),
                          results_dir=tmp_path / "results",
                          progress=lambda total: Progress(total, "output_tok_per_s", Console(file=out, width=300)))
-    return driver.run(n).get_trials(), out.getvalue()
+    return driver, out
 
 
 WORK = "workload: {num_prompts: 16, input_len: 8, output_len: 16, warmup_requests: 0}\n"
@@ -95,6 +103,17 @@ def test_a_reproposed_config_is_never_launched_again_nor_counted(tmp_path):
     assert ghosts and all(t.state.name == "FAIL" and "failure_class" not in t.user_attrs for t in ghosts)
     assert "stopping: every configuration of the search space was measured" in out
     assert "[trial 4/10" not in out  # a re-proposal is no trial of the budget
+
+
+def test_a_config_another_worker_is_measuring_now_is_a_re_proposal_too(tmp_path):
+    space, body = "  capacity: {type: categorical, choices: [8, 16]}\n", WORK + "load: {max_concurrency: [2]}\n"
+    first, _ = worker(tmp_path, space, body, ", baseline: false")
+    second, _ = worker(tmp_path, space, body, ", baseline: false")  # the same seed: the same first proposal
+    running, params = first._ask_new(Progress(2, "output_tok_per_s"))  # RUNNING: its worker measures it
+    trial, other = second._ask_new(Progress(2, "output_tok_per_s"))
+    assert other != params
+    [ghost] = [t for t in second.study.get_trials() if t.user_attrs.get("duplicate_of") is not None]
+    assert ghost.params == params and ghost.user_attrs["duplicate_of"] == running.number
 
 
 def test_a_startup_timeout_is_measured_once_more_before_it_is_final(tmp_path):
