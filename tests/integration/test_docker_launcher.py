@@ -232,7 +232,7 @@ def test_an_oom_killed_start_fails_fast_as_oom(docker_client, engine_image, tiny
     try:
         with pytest.raises(EngineExited) as err:
             launcher.wait_ready(handle, 60)
-        assert time.monotonic() - t < 2.0
+        assert time.monotonic() - t < 15  # not the 60 s timeout (a few seconds on a loaded machine)
     finally:
         launcher.stop(handle)
     assert err.value.oom_killed and err.value.failure_class == "oom" and err.value.exit_code == 137

@@ -198,7 +198,7 @@ def test_early_exit_fails_fast_with_code_and_log_tail(flavour, launcher, tmp_pat
     try:
         with pytest.raises(EngineExited) as err:
             launcher.wait_ready(handle, timeout_s=60)
-        assert time.monotonic() - t < 2.0  # not the 60 s timeout
+        assert time.monotonic() - t < 15  # not the 60 s timeout (a few seconds on a loaded machine)
         assert err.value.exit_code == flavour.exit_code
         assert str(flavour.exit_code) in str(err.value)
         assert flavour.exit_line in err.value.log_tail
@@ -212,9 +212,10 @@ def test_startup_timeout_then_stop(flavour, launcher, tmp_path):
     handle = launcher.start(flavour.never_ready(launcher), tmp_path / "server.log", LABELS)
     t = time.monotonic()
     try:
-        with pytest.raises(StartupTimeout, match="not ready after 1 s") as err:
-            launcher.wait_ready(handle, timeout_s=1)
-        assert 0.9 < time.monotonic() - t < 5
+        # Long enough for the server's first words to reach the log, even from a container on a busy machine.
+        with pytest.raises(StartupTimeout, match="not ready after 3 s") as err:
+            launcher.wait_ready(handle, timeout_s=3)
+        assert 2.9 < time.monotonic() - t < 10
         assert flavour.waiting_line in err.value.log_tail
     finally:
         launcher.stop(handle)
@@ -257,14 +258,10 @@ def test_process_stop_reaches_children_of_the_server(tmp_path):
     code = ("import subprocess, sys, time; p = subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(600)']);"
             "print('child', p.pid, flush=True); time.sleep(600)")
     handle = launcher.start(python_spec(code, free_port()), tmp_path / "server.log", LABELS)
-    for _ in range(100):
-        if "child" in launcher.logs(handle):
-            break
-        time.sleep(0.05)
+    assert wait_for(lambda: "child" in launcher.logs(handle))
     child = int(launcher.logs(handle).split()[-1])
     launcher.stop(handle)
-    time.sleep(0.2)
-    assert not alive(child)
+    assert wait_for(lambda: not alive(child))
 
 
 def test_process_server_dies_with_a_killed_tuner(tmp_path):

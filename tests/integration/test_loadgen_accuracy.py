@@ -220,7 +220,8 @@ def test_concurrency_limit_is_respected_and_reached() -> None:
 
 def test_unlimited_sends_everything_at_once() -> None:
     workload = Workload(num_prompts=20, input_len=8, output_len=2)
-    with FakeOpenAIServer(FakeServerConfig(ttft_s=0.050)) as server:
+    # Long enough per request that twenty new connections are surely all in flight, even on a busy machine.
+    with FakeOpenAIServer(FakeServerConfig(ttft_s=0.5)) as server:
         result, _ = run(run_level(server.base_url, "m", workload))
         assert server.max_in_flight == 20
     assert result.completed == 20
@@ -229,16 +230,20 @@ def test_unlimited_sends_everything_at_once() -> None:
 def test_poisson_arrivals_at_the_requested_rate() -> None:
     rate = 200.0
     workload = Workload(num_prompts=200, input_len=8, output_len=2)
-    with FakeOpenAIServer() as server:
-        result, records = run(run_level(server.base_url, "m", workload, request_rate=rate, seed=3))
-    assert result.completed == 200
-    starts = sorted(r.start_ns for r in records)
-    gaps_s = [(b - a) / 1e9 for a, b in pairwise(starts)]
-    mean_gap_s = statistics.fmean(gaps_s)
-    assert mean_gap_s == pytest.approx(1 / rate, rel=0.2)
-    # Exponential gaps: standard deviation close to the mean (a fixed pace would give ~0).
-    assert 0.7 < statistics.stdev(gaps_s) / mean_gap_s < 1.3
-    assert result.request_per_s == pytest.approx(rate, rel=0.2)
+
+    def check() -> None:  # one stall of the process sends the overdue requests back to back: try again
+        with FakeOpenAIServer() as server:
+            result, records = run(run_level(server.base_url, "m", workload, request_rate=rate, seed=3))
+        assert result.completed == 200
+        starts = sorted(r.start_ns for r in records)
+        gaps_s = [(b - a) / 1e9 for a, b in pairwise(starts)]
+        mean_gap_s = statistics.fmean(gaps_s)
+        assert mean_gap_s == pytest.approx(1 / rate, rel=0.2)
+        # Exponential gaps: standard deviation close to the mean (a fixed pace would give ~0).
+        assert 0.7 < statistics.stdev(gaps_s) / mean_gap_s < 1.3
+        assert result.request_per_s == pytest.approx(rate, rel=0.2)
+
+    with_timing_retries(check)
 
 
 def test_plain_httpx_transport_gives_the_same_measurements() -> None:

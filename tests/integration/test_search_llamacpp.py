@@ -19,7 +19,8 @@ pytestmark = pytest.mark.engine
 
 def test_sweep_prune_crash_awareness_convergence_and_confirmation(tmp_path, small_model, llama_server):
     (tmp_path / "s.yaml").write_text(
-        "engine: llamacpp\nparams:\n  parallel: {type: categorical, choices: [1, 4, 8, 16]}\n"
+        # Ten configs: room for `patience` trials after even a late best, so the study ends by convergence.
+        "engine: llamacpp\nparams:\n  parallel: {type: categorical, choices: [1, 2, 4, 8, 16]}\n"
         "  batch_size: {type: categorical, choices: [8, 512]}\n")
     (tmp_path / "exp.yaml").write_text(f"""\
 name: search

@@ -89,7 +89,10 @@ def test_the_round_interleaves_the_top_configs_with_the_baseline(tmp_path):
                         WORK + "load: {max_concurrency: [4]}\nconfirm: {top_k: 2, repeats: 2}\n"
                         "enqueue: [{itl_ms: 2}, {itl_ms: 5}, {itl_ms: 20}]\n", 4)
     order = [int(n) for n in re.findall(r"\[confirm \d/6 · #(\d+)\] confirming", out)]
-    assert order == [1, 2, 0, 1, 2, 0], out[-3000:]  # the two best first values, then the defaults, twice
+    # The two best first values (as measured: a stall of this machine can swap itl 2 and 5), then the
+    # defaults, twice.
+    best = sorted((t for t in trials if t.number), key=lambda t: -t.value)[:2]
+    assert order == [best[0].number, best[1].number, 0] * 2, out[-3000:]
     assert "median of 2 confirmation launches" in (tmp_path / "results" / "fake" / "report.md").read_text()
 
 

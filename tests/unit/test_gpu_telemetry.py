@@ -168,8 +168,8 @@ def test_busy_nvlink_and_idle_sms_is_communication_bound_and_the_busier_link_is_
 
 
 def test_the_sampler_reads_dmon_by_level_and_nvlink_at_each_levels_start_and_end(tmp_path, monkeypatch):
-    """A stand-in `nvidia-smi` on PATH: the synthetic limits and dmon lines above (dmon's after half a
-    second, so they fall in the level), and the recorded H800 NVLink outputs: the first counter reading
+    """A stand-in `nvidia-smi` on PATH: the synthetic limits and dmon lines above (dmon's once the
+    level has begun, so they fall in it), and the recorded H800 NVLink outputs: the first counter reading
     idle, every later one the training reading."""
     (tmp_path / "dmon.txt").write_text(SYNTHETIC_DMON)
     (tmp_path / "limits.txt").write_text(SYNTHETIC_LIMITS)
@@ -181,7 +181,7 @@ case "$*" in
     if [ -e {tmp_path}/read ]; then cat {GPU_DATA / 'nvlink-gt-d-h800-gpu0-training.txt'};
     else touch {tmp_path}/read; cat {GPU_DATA / 'nvlink-gt-d-h800-gpu0-idle.txt'}; fi ;;
   --query-gpu=*) cat {tmp_path}/limits.txt ;;
-  dmon*) sleep 0.5; cat {tmp_path}/dmon.txt; exec sleep 30 ;;
+  dmon*) until [ -e {tmp_path}/marked ]; do sleep 0.05; done; cat {tmp_path}/dmon.txt; exec sleep 30 ;;
 esac
 """)
     fake.chmod(0o755)
@@ -192,6 +192,7 @@ esac
         # The status names GPUs 0, 1 and 7: the trial's two are kept; the counters recorded are GPU 0's only.
         assert sampler.nvlink_gbps == {0: pytest.approx(8 * 26.562), 1: pytest.approx(8 * 26.562)}
         sampler.mark()
+        (tmp_path / "marked").touch()  # dmon's lines come once the level has begun
         deadline = time.monotonic() + 10
         while len(sampler.samples) < 4 and time.monotonic() < deadline:
             time.sleep(0.05)
