@@ -1,4 +1,4 @@
-"""Shared fixtures: the real llama-server binary, a generated model, a Docker daemon and the engine
+"""Shared fixtures and helpers: the real llama-server binary, a generated model, a Docker daemon and the engine
 image, made or found once per session.
 
 Where an engine or a Docker daemon is missing the tests that need it skip with the reason, except under
@@ -10,9 +10,11 @@ from __future__ import annotations
 
 import os
 import subprocess
+from collections.abc import Callable, Iterable
 from pathlib import Path
 
 import pytest
+from optuna.trial import FrozenTrial
 
 from autotuner.util import paths
 
@@ -131,6 +133,24 @@ def vllm_caches(monkeypatch: pytest.MonkeyPatch):
         monkeypatch.setenv(var, str(folder / sub))
     yield folder
     shutil.rmtree(folder, ignore_errors=True)
+
+
+def launched(trials: Iterable[FrozenTrial]) -> list[FrozenTrial]:
+    """The trials that ran: a re-proposal of a config measured or being measured (`duplicate_of`) is told
+    FAIL and never launched."""
+    return [t for t in trials if "duplicate_of" not in t.user_attrs]
+
+
+def with_timing_retries(check: Callable[[], None], attempts: int = 5) -> None:
+    """Run a timing check until it passes, at most `attempts` times: on a shared machine one stall can fail
+    a run, while a real defect fails every one."""
+    for attempt in range(attempts):
+        try:
+            check()
+            return
+        except AssertionError:
+            if attempt == attempts - 1:
+                raise
 
 
 def processes_with_env(value: str) -> list[int]:

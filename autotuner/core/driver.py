@@ -124,7 +124,7 @@ class StudyDriver:
             progress.note(f"removed {len(reaped)} engine(s) left by an interrupted run: {', '.join(reaped)}")
         self.tracker.warn = progress.note
         # Workers starting at once: one queues the baseline, and all continue one MLflow parent run.
-        with locks.creating(self.cfg.study.storage):
+        with locks.exclusive(self.cfg.study.storage):
             self._emit("study_started", self.study)
             self._enqueue_first_trials()
         deadline = time.monotonic() + timeout_s if timeout_s else None
@@ -147,7 +147,8 @@ class StudyDriver:
                         break
                     self._advise(progress, trials_left=n_trials - index + 1)
                     if not self._run_trial(index, progress):
-                        message = "every configuration of the search space was measured"
+                        message = "every configuration of the search space was measured" + (
+                            " or is being measured by another worker" if self._running_trials() else "")
                         progress.note(f"stopping: {message}")
                         self.study.set_user_attr(record.STOP_REASON, message)
                         break
@@ -344,7 +345,7 @@ class StudyDriver:
         if not self.advisors:
             return
         # Workers between trials at once would each find the queue empty and queue the same proposal.
-        with locks.creating(self.cfg.study.storage):
+        with locks.exclusive(self.cfg.study.storage):
             if self.study.get_trials(deepcopy=False, states=(TrialState.WAITING,)):
                 return
             self._learn_bans(progress)
@@ -386,7 +387,8 @@ class StudyDriver:
                 params, reason = complete(answer, self.space, so_far.defaults), f"{p.reason} (edited by the user)"
                 key = record.config_key(params, False)
                 if self._measured(params, False) is not None:
-                    progress.note(f"advisor {who}: the edited config {self.engine.describe(params)} was measured")
+                    progress.note(f"advisor {who}: the edited config {self.engine.describe(params)} was measured "
+                                  "or is being measured")
                     return False
                 if broken := self._broken(params):
                     progress.note(f"edited config {self.engine.describe(params)}: refused ({'; '.join(broken)})")

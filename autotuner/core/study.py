@@ -83,7 +83,7 @@ def open_study(cfg: ExperimentConfig, n_levels: int) -> optuna.Study:
     check_storage(cfg.study.storage)
     optuna.logging.set_verbosity(optuna.logging.WARNING)
     try:
-        with warnings.catch_warnings(), locks.creating(cfg.study.storage):
+        with warnings.catch_warnings(), locks.exclusive(cfg.study.storage):
             warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)  # heartbeats: what we need
             storage = optuna.storages.RDBStorage(
                 cfg.study.storage, heartbeat_interval=recovery.HEARTBEAT_INTERVAL_S,

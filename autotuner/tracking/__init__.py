@@ -127,7 +127,7 @@ class MlflowTracker:
         self._artifact_root = (root / "artifacts").resolve() if uri is None else None
         if uri is None:
             root.mkdir(parents=True, exist_ok=True)
-        with locks.creating(self.uri):  # opening a new store migrates its schema: one tuner at a time
+        with locks.exclusive(self.uri):  # opening a new store migrates its schema: one tuner at a time
             self.client = MlflowClient(tracking_uri=self.uri)
             self._safe("open the store", lambda: self.client.search_experiments(max_results=1))
         self.parent_run_id: str | None = None

@@ -1,7 +1,7 @@
 """A lock for the moments two tuners on one study must not overlap: creating its database (schema
-migrations race otherwise) and queueing trials (else the baseline, or an advisor's proposal, runs twice). A lock
-file beside a SQLite database; a PostgreSQL advisory lock (held by one connection) for workers on many
-machines."""
+migrations race otherwise) and queueing trials (else the baseline, or an advisor's proposal, runs
+twice). A lock file beside a SQLite database; a PostgreSQL advisory lock (held by one connection) for
+workers on many machines."""
 
 from __future__ import annotations
 
@@ -31,8 +31,9 @@ ADVISORY_KEY = 0x6175746F74756E  # "autotun": one lock number for all autotuner 
 
 
 @contextlib.contextmanager
-def creating(url: str) -> Iterator[None]:
-    """Hold the database's lock while it may be created or first written; no-op for other servers."""
+def exclusive(url: str) -> Iterator[None]:
+    """Hold the database's lock: one tuner at a time creates it, queues trials or opens the run tree;
+    no-op for other servers."""
     db = sqlite_path(url)
     if db is not None:
         with file_lock(db.with_name(db.name + ".lock")):

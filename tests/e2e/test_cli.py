@@ -12,6 +12,8 @@ from pathlib import Path
 import optuna
 import pytest
 
+from tests.conftest import launched
+
 REPO = Path(__file__).resolve().parents[2]
 
 
@@ -211,7 +213,7 @@ load: {{max_concurrency: [2]}}
     assert again.returncode == 0, again.stderr[-3000:]
     assert "[trial 1/5 · #" in again.stderr and "[trial 2/5" not in again.stderr  # one more, to three in all
     study = optuna.load_study(study_name="capped", storage=f"sqlite:///{tmp_path}/autotuner.db")
-    assert len([t for t in study.trials if "duplicate_of" not in t.user_attrs]) == 3  # re-proposals never ran
+    assert len(launched(study.trials)) == 3  # re-proposals never ran
 
 
 @pytest.mark.engine
@@ -250,7 +252,6 @@ def test_ctrl_c_twice_stops_every_parallel_worker_and_their_engines(tmp_path, ti
     assert proc.returncode == 130, seen + err
     assert "Run the same command to resume" in err
     assert _processes_using(model) == []
-    # A config the other worker was measuring was asked again (`duplicate_of`): never launched.
-    trials = [t for t in _study(tmp_path, "parallel").get_trials() if "duplicate_of" not in t.user_attrs]
+    trials = launched(_study(tmp_path, "parallel").get_trials())  # a config the other worker ran: asked again
     assert sorted(t.state.name for t in trials) == ["FAIL", "FAIL", "WAITING", "WAITING"]  # both queued again
     assert {t.user_attrs.get("failure_class") for t in trials if t.state.name == "FAIL"} == {"interrupted"}

@@ -11,6 +11,8 @@ from pathlib import Path
 import optuna
 import pytest
 
+from tests.conftest import launched
+
 REPO = Path(__file__).resolve().parents[2]
 pytestmark = pytest.mark.engine
 
@@ -31,7 +33,7 @@ def test_two_tuners_share_one_sqlite_study(tmp_path, tiny_model, llama_server):
     for p, (_out, err) in zip(procs, outs, strict=True):  # one output per process
         assert p.returncode == 0, err[-3000:]
     everything = optuna.load_study(study_name="shared", storage=f"sqlite:///{tmp_path}/autotuner.db").get_trials()
-    trials = [t for t in everything if "duplicate_of" not in t.user_attrs]  # a re-proposal: never launched
+    trials = launched(everything)
     assert len(trials) == 8
     assert sorted(t.number for t in everything) == list(range(len(everything)))
     assert [(t.number, t.state.name, t.user_attrs.get("failure_class"), t.user_attrs.get("failure_reason")) for t in trials if t.state.name != "COMPLETE"] == []

@@ -12,7 +12,6 @@ import random
 import socket
 import statistics
 import time
-from collections.abc import Callable
 from itertools import pairwise
 from typing import Any
 
@@ -22,6 +21,7 @@ import pytest
 from autotuner.bench.client import RequestRecord, _ChunkedDecoder, make_client, stream_request
 from autotuner.bench.runner import format_level, run_level, run_level_sync
 from autotuner.bench.workload import Workload, build_payloads
+from tests.conftest import with_timing_retries
 from tests.fake_openai_server import FakeOpenAIServer, FakeServerConfig, ServedRequest
 
 MS = 1_000_000  # ns
@@ -29,20 +29,9 @@ TOLERANCE_NS = 1 * MS
 # This process also runs the server thread, on a small VM that other work may share: a sample can be
 # late by a scheduling hiccup that no client could avoid (and one hiccup delays every request in flight).
 # So: every sample causal and under OUTLIER_NS, the median under half the tolerance, at most a fifth of
-# the samples beyond TOLERANCE_NS; and a timing check may run TIMING_ATTEMPTS times, passing if one run
-# passes (a real bug fails every run).
+# the samples beyond TOLERANCE_NS; and a timing check may run several times (with_timing_retries), passing
+# if one run passes (a real bug fails every run).
 OUTLIER_NS = 50 * MS
-TIMING_ATTEMPTS = 5
-
-
-def with_timing_retries(check: Callable[[], None]) -> None:
-    for attempt in range(TIMING_ATTEMPTS):
-        try:
-            check()
-            return
-        except AssertionError:
-            if attempt == TIMING_ATTEMPTS - 1:
-                raise
 
 
 def assert_lags_within_tolerance(what: str, lags_ns: list[int], *, causal: bool = True) -> None:

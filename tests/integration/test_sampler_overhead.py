@@ -14,10 +14,10 @@ import statistics
 from autotuner.bench.runner import run_level
 from autotuner.bench.server_metrics import DEFAULT_INTERVAL_S, ServerMetricsSampler
 from autotuner.bench.workload import Workload
+from tests.conftest import with_timing_retries
 from tests.fake_openai_server import FakeOpenAIServer, FakeServerConfig
 
 REPEATS = 10
-ATTEMPTS = 3
 # The tuner's rate. At 10 times it (0.05 s) the thread, which still shares the interpreter lock, moved
 # TTFT p99 by ~1.4 ms against a 1.2 ms spread in one quiet run: a real cost, not one users pay.
 POLL_INTERVAL_S = DEFAULT_INTERVAL_S
@@ -62,10 +62,4 @@ def test_polling_metrics_does_not_move_ttft_p99_beyond_the_run_to_run_spread() -
     # disturbs the measurement fails every one of the attempts.
     with FakeOpenAIServer(FakeServerConfig(metrics_lines=1000, record=False)) as server:
         asyncio.run(ttft_p99(server.base_url, False))  # warm up connections and code paths
-        for attempt in range(ATTEMPTS):
-            try:
-                compare(server)
-                return
-            except AssertionError:
-                if attempt == ATTEMPTS - 1:
-                    raise
+        with_timing_retries(lambda: compare(server), attempts=3)

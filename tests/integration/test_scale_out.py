@@ -18,7 +18,7 @@ import optuna
 import pytest
 from optuna.trial import TrialState
 
-from tests.conftest import REPO, processes_with_env
+from tests.conftest import REPO, launched, processes_with_env
 
 pytestmark = pytest.mark.engine
 
@@ -73,7 +73,7 @@ def test_three_workers_share_one_study_on_postgresql_and_an_mlflow_server(tmp_pa
     study = optuna.load_study(study_name=name, storage=services["storage"])
     everything = study.get_trials()
     assert all(t.state.is_finished() for t in everything)
-    trials = [t for t in everything if t.user_attrs.get("duplicate_of") is None]  # a re-proposal: never launched
+    trials = launched(everything)
     assert len(trials) == 9
     assert sum(bool(t.user_attrs.get("baseline")) for t in trials) == 1  # queued once, by one worker
     workers = {t.user_attrs["worker"] for t in trials}
@@ -84,10 +84,10 @@ def test_three_workers_share_one_study_on_postgresql_and_an_mlflow_server(tmp_pa
     by_number = {t.number: t for t in trials}
     retries = [t for t in trials if t.user_attrs.get("retry_of") is not None]
     assert all(t.params == by_number[t.user_attrs["retry_of"]].params for t in retries)
-    launched = [json.dumps(t.params, sort_keys=True) for t in trials if t.user_attrs.get("retry_of") is None]
-    assert len(launched) == len(set(launched)), [
+    configs = [json.dumps(t.params, sort_keys=True) for t in trials if t.user_attrs.get("retry_of") is None]
+    assert len(configs) == len(set(configs)), [
         (t.number, t.user_attrs.get("worker"), t.user_attrs.get("proposed_by"), t.datetime_start, t.params)
-        for t in trials if launched.count(json.dumps(t.params, sort_keys=True)) > 1]
+        for t in trials if configs.count(json.dumps(t.params, sort_keys=True)) > 1]
     # Every trial ran on cores leased from the pool, and every lease was given back.
     assert err.count("on CPU core") > len(trials)  # each launched trial, and the confirmation
     [leases] = (tmp_path / "pool").glob("cpu-*.json")

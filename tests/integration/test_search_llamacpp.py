@@ -13,6 +13,7 @@ from autotuner.core.progress import Progress
 from autotuner.engines._base import get_engine
 from autotuner.launchers.process import ProcessLauncher
 from autotuner.tracking import MlflowTracker
+from tests.conftest import launched
 
 pytestmark = pytest.mark.engine
 
@@ -52,7 +53,7 @@ enqueue:
     assert len(trials) < 30 and "converged" in study.user_attrs["stop_reason"]
     crash = [t for t in trials if t.params == {"parallel": 16, "batch_size": 8}]
     assert crash[0].state == TrialState.FAIL and crash[0].user_attrs["failure_class"] == "assert"
-    launched_crashes = [t for t in crash if t.user_attrs.get("duplicate_of") is None]
+    launched_crashes = launched(crash)
     assert len(launched_crashes) == 1  # the crash region is never launched again
     assert all(t.user_attrs["duplicate_of"] == crash[0].number for t in crash[1:])  # re-proposals: not launched
     pruned = [t for t in trials if t.state == TrialState.PRUNED]

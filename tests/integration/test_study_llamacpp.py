@@ -16,6 +16,7 @@ from autotuner.core.progress import Progress
 from autotuner.engines._base import get_engine
 from autotuner.launchers.process import ProcessLauncher
 from autotuner.tracking import MlflowTracker, default_tracking_uri
+from tests.conftest import launched
 
 pytestmark = pytest.mark.engine
 
@@ -55,15 +56,10 @@ def make_tuner(tmp_path: Path, model: Path, binary: str) -> StudyDriver:
                  progress=lambda total: Progress(total, "output_tok_per_s"))
 
 
-def launched(study) -> list:
-    """The trials that ran: a sampler's re-proposal of a measured config (`duplicate_of`) never did."""
-    return [t for t in study.get_trials() if t.user_attrs.get("duplicate_of") is None]
-
-
 def test_short_real_study_records_everything_and_resumes(tmp_path, tiny_model, llama_server):
     study = make_tuner(tmp_path, tiny_model, llama_server).run(4)
 
-    trials = launched(study)
+    trials = launched(study.get_trials())
     assert len(trials) == 4
     baseline, failing = trials[0], trials[1]
     assert baseline.user_attrs["baseline"] is True and baseline.params == {}
@@ -104,7 +100,7 @@ def test_short_real_study_records_everything_and_resumes(tmp_path, tiny_model, l
 
     # Resume: the same command continues the same study under the same parent run; --trials means more.
     study = make_tuner(tmp_path, tiny_model, llama_server).run(1)
-    trials = launched(study)
+    trials = launched(study.get_trials())
     assert len(trials) == 5
     assert sum(bool(t.user_attrs.get("baseline")) for t in trials) == 1
     assert len(client.search_runs([exp.experiment_id], "tags.`autotuner.role` = 'study'")) == 1

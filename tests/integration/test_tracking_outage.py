@@ -19,6 +19,7 @@ from autotuner.engines._base import get_engine
 from autotuner.launchers._base import free_port
 from autotuner.launchers.process import ProcessLauncher
 from autotuner.tracking import MlflowTracker
+from tests.conftest import launched
 
 pytestmark = pytest.mark.engine
 
@@ -93,24 +94,22 @@ def test_study_survives_a_tracking_outage_and_backfills(tmp_path, tiny_model, ll
                       tracker=tracker, results_dir=tmp_path / "results", binary=llama_server,
                       progress=lambda n: OutageProgress(n, server))
         study = tuner.run(5)
-        # A sampler's re-proposal of a measured config is told FAIL and never launched: not a trial here.
-        launched = [t for t in study.get_trials() if "duplicate_of" not in t.user_attrs]
-        assert len(launched) == 5
-        assert all(t.state.name == "COMPLETE" for t in launched)
+        ran = launched(study.get_trials())
+        assert len(ran) == 5
+        assert all(t.state.name == "COMPLETE" for t in ran)
 
         client = MlflowClient(server.uri)
         exp_id = client.get_experiment_by_name("outage").experiment_id
         runs = client.search_runs([exp_id], "tags.`autotuner.role` = 'trial'")
         by_trial = {int(r.data.tags["autotuner.trial"]): r for r in runs}
-        assert sorted(by_trial) == [t.number for t in launched]  # once each, none twice
+        assert sorted(by_trial) == [t.number for t in ran]  # once each, none twice
         assert all(r.info.status == "FINISHED" for r in by_trial.values())
-        for number in (launched[1].number, launched[2].number):  # logged after the outage, from the storage
+        for number in (ran[1].number, ran[2].number):  # logged after the outage, from the storage
             run = by_trial[number]
             assert run.data.metrics["output_tok_per_s"] == pytest.approx(study.trials[number].value)
             history = client.get_metric_history(run.info.run_id, "level/output_tok_per_s")
             assert [m.step for m in history] == [0]  # the load level, as it would have been logged live
-            launched = study.trials[number].user_attrs.get("reused_from") is None  # else nothing ran
-            expected = {"command.txt", "bench.json", "server.log"} if launched else {"bench.json"}
+            expected = {"command.txt", "bench.json", "server.log"}
             assert {a.path for a in client.list_artifacts(run.info.run_id)} >= expected
     finally:
         server.stop()

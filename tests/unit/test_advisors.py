@@ -10,6 +10,7 @@ from autotuner.config import SearchSpaceConfig
 from autotuner.config.space import SearchSpace
 from autotuner.core.record import TrialView
 from autotuner.engines._base import get_engine
+from tests.conftest import launched
 from tests.unit.test_driver import WORK, study
 
 LLAMA_SPACE = SearchSpace(SearchSpaceConfig.model_validate({"engine": "llamacpp", "params": {
@@ -76,11 +77,11 @@ def test_the_driver_takes_proposals_first_checks_them_and_never_launches_one_twi
     trials, out = study(tmp_path, "  itl_ms: {type: categorical, choices: [2, 5, 20]}\n"
                         "  capacity: {type: categorical, choices: [64, 1]}\n",
                         WORK + "load: {max_concurrency: [2]}\nconfirm: {top_k: 0}\nquality: off\n", 5)
-    launched = [t for t in trials if t.user_attrs.get("duplicate_of") is None]
-    by = [(t.user_attrs.get("proposed_by"), t.user_attrs.get("reason")) for t in launched]
+    ran = launched(trials)
+    by = [(t.user_attrs.get("proposed_by"), t.user_attrs.get("reason")) for t in ran]
     assert by[0][0] == "baseline"
     assert ("scripted", "too small to serve") in by and ("scripted", "the fast one") in by
-    assert sum(t.params.get("itl_ms") == 2 and t.params.get("capacity") == 64 for t in launched) == 1  # once
+    assert sum(t.params.get("itl_ms") == 2 and t.params.get("capacity") == 64 for t in ran) == 1  # once
     assert by[-1][0] in (None, "retry")  # the advisors had nothing new: the sampler's slot (or its retry)
     assert "by scripted: the fast one" in out
     assert advisor.seen[0] == 1 and advisor.seen == sorted(set(advisor.seen))  # asked again with more evidence
@@ -107,6 +108,7 @@ def test_workers_advising_at_once_queue_a_proposal_once(tmp_path):
         t.start()
     for t in threads:
         t.join(timeout=30)
+    assert not any(t.is_alive() for t in threads)  # neither waits forever on the other's lock
     queued = drivers[0].study.get_trials()
     assert [t.system_attrs["fixed_params"] for t in queued] == [{"itl_ms": 2}]
     assert sum(len(d.advisors[0].seen) for d in drivers) == 1  # the other found it queued: not asked

@@ -16,6 +16,7 @@ from autotuner.core.driver import StudyDriver
 from autotuner.core.progress import Progress
 from autotuner.launchers.process import ProcessLauncher
 from autotuner.tracking import MlflowTracker
+from tests.conftest import launched
 from tests.fake_engine import FakeEngine
 
 
@@ -99,9 +100,9 @@ def test_the_round_interleaves_the_top_configs_with_the_baseline(tmp_path):
 def test_a_reproposed_config_is_never_launched_again_nor_counted(tmp_path):
     trials, out = study(tmp_path, "  capacity: {type: categorical, choices: [8, 16]}\n",
                         WORK + "load: {max_concurrency: [2]}\nconfirm: {top_k: 0}\n", 10)
-    launched = [t for t in trials if t.user_attrs.get("duplicate_of") is None]
-    assert len(launched) == 3  # the baseline and the two configs of the space: each once
-    assert len({tuple(sorted(t.params.items())) for t in launched}) == 3
+    ran = launched(trials)
+    assert len(ran) == 3  # the baseline and the two configs of the space: each once
+    assert len({tuple(sorted(t.params.items())) for t in ran}) == 3
     ghosts = [t for t in trials if t.user_attrs.get("duplicate_of") is not None]
     assert ghosts and all(t.state.name == "FAIL" and "failure_class" not in t.user_attrs for t in ghosts)
     assert "stopping: every configuration of the search space was measured" in out
