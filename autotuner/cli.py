@@ -366,7 +366,7 @@ def bench(
     """Measure a running OpenAI-compatible server, like `vllm bench serve`."""
     from autotuner.bench.client import ignored_proxy_note
     from autotuner.bench.runner import format_level, run_level_sync
-    from autotuner.bench.workload import Workload
+    from autotuner.workloads.synthetic import Workload
 
     endpoints: dict[str, Literal["completions", "chat"]] = {"/v1/completions": "completions",
                                                             "/v1/chat/completions": "chat"}

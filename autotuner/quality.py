@@ -28,7 +28,7 @@ from typing import TYPE_CHECKING, Any
 import httpx
 
 from autotuner.bench.client import make_client
-from autotuner.bench.workload import ENDPOINT_PATHS, build_prompts, derived_seed
+from autotuner.workloads.synthetic import ENDPOINT_PATHS, build_prompts, derived_seed
 
 if TYPE_CHECKING:
     from autotuner.config import QualityConfig

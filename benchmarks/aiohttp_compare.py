@@ -27,7 +27,7 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
 from autotuner.bench.runner import run_level  # noqa: E402
-from autotuner.bench.workload import Workload, build_payloads  # noqa: E402
+from autotuner.workloads.synthetic import Workload, build_payloads  # noqa: E402
 from benchmarks.loadgen_capacity import start_server  # noqa: E402
 
 

@@ -29,7 +29,7 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
 from autotuner.bench.runner import run_level_sync  # noqa: E402
-from autotuner.bench.workload import Workload  # noqa: E402
+from autotuner.workloads.synthetic import Workload  # noqa: E402
 
 TARGET_TOK_PER_S = 130_000  # at concurrency 64, one client core
 CLK_TCK = os.sysconf("SC_CLK_TCK")

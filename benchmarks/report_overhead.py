@@ -78,7 +78,7 @@ def plots_and_report() -> None:
 def sampler_overhead(model: Path, rounds: int) -> None:
     from autotuner.bench.runner import run_level
     from autotuner.bench.server_metrics import ServerMetricsSampler
-    from autotuner.bench.workload import Workload
+    from autotuner.workloads.synthetic import Workload
     from autotuner.launchers._base import free_port
 
     binary = paths.llama_server_binary()

@@ -40,7 +40,7 @@ OURS = r"""
 import json, resource, sys, time
 sys.path.insert(0, {repo!r})
 from autotuner.bench.runner import run_level_sync
-from autotuner.bench.workload import Workload
+from autotuner.workloads.synthetic import Workload
 a = json.loads(sys.argv[1])
 w = Workload(endpoint="completions", num_prompts=a["n"], input_len=a["input_len"], output_len=a["output_len"])
 cpu = lambda: sum(resource.getrusage(resource.RUSAGE_SELF)[:2])

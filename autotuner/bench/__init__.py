@@ -6,7 +6,7 @@ Importing this package is cheap (httpx only); nothing here starts a server or to
 from autotuner.bench.client import LoadgenTransport, RequestRecord, make_client, stream_request
 from autotuner.bench.metrics import LatencyStats, LevelResult
 from autotuner.bench.runner import format_level, run_level, run_level_sync
-from autotuner.bench.workload import Workload, build_payloads, build_prompts
+from autotuner.workloads.synthetic import Workload, build_payloads, build_prompts
 
 __all__ = [
     "LatencyStats",

@@ -67,6 +67,7 @@ class RequestRecord:
     output_tokens: int = 0
     usage_reported: bool = False  # False: output_tokens counts content events, prompt_tokens is 0
     error: str | None = None
+    due_ns: int | None = None  # when a schedule (a rate, a trace) wanted it sent: start_ns - due_ns is queue time
 
     @property
     def ok(self) -> bool:

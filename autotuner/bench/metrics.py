@@ -104,6 +104,10 @@ class LevelResult:
     # message -> count, for the first MAX_ERROR_SAMPLES distinct messages
     error_samples: dict[str, int] = field(default_factory=dict)
     usage_missing: int = 0  # completed requests whose token counts were not reported by the server
+    # A schedule's levels (a rate, a trace): the rate it offered, and how late requests left the client
+    # (waiting for a concurrency slot, or an event loop that fell behind): its queue time.
+    offered_rate: float | None = None
+    queue_ms: LatencyStats = field(default_factory=lambda: LatencyStats())
 
     @property
     def error_rate(self) -> float:
@@ -116,7 +120,8 @@ class LevelResult:
 
     @classmethod
     def from_records(cls, records: Sequence[RequestRecord], duration_s: float, *,
-                     max_concurrency: int | None = None, request_rate: float | None = None) -> LevelResult:
+                     max_concurrency: int | None = None, request_rate: float | None = None,
+                     offered_rate: float | None = None) -> LevelResult:
         """Compute the level's metrics from its records and wall duration (see the module docstring)."""
         ttfts: list[float] = []
         tpots: list[float] = []
@@ -142,6 +147,7 @@ class LevelResult:
                 tpots.append(tpot_ms)
             itls.extend((b - a) / _NS_PER_MS for a, b in pairwise(rec.chunk_times_ns))
         rate = (lambda x: x / duration_s) if duration_s > 0 else (lambda x: math.nan)
+        queued = [(r.start_ns - r.due_ns) / _NS_PER_MS for r in records if r.due_ns is not None]
         return cls(
             max_concurrency=max_concurrency,
             request_rate=request_rate,
@@ -159,6 +165,8 @@ class LevelResult:
             e2e_ms=LatencyStats.of(e2es),
             error_samples=errors,
             usage_missing=usage_missing,
+            offered_rate=offered_rate,
+            queue_ms=LatencyStats.of(queued),
         )
 
     def metrics(self) -> dict[str, float]:
@@ -181,6 +189,10 @@ class LevelResult:
             input_tokens=float(self.input_tokens),
             output_tokens=float(self.output_tokens),
         )
+        if self.offered_rate is not None:
+            out["offered_rate"] = self.offered_rate
+        if self.queue_ms.count:
+            out.update(queue_ms_p50=self.queue_ms.p50, queue_ms_p99=self.queue_ms.p99, queue_ms_max=self.queue_ms.max)
         return out
 
     def to_json(self) -> dict[str, Any]:
@@ -190,7 +202,9 @@ class LevelResult:
     @classmethod
     def from_json(cls, data: dict[str, Any]) -> LevelResult:
         data = dict(data)
-        for name in _LATENCIES:
+        for name in (*_LATENCIES, "queue_ms"):
+            if name not in data:  # a result stored before the field existed
+                continue
             raw = data[name]
             stats = {k: (math.nan if raw[k] is None else float(raw[k])) for k in _STAT_NAMES}
             data[name] = LatencyStats(count=int(raw["count"]), **stats)

@@ -38,7 +38,9 @@ import httpx
 
 from autotuner.bench.client import RequestRecord, make_client, stream_request
 from autotuner.bench.metrics import LatencyStats, LevelResult, usage_note
-from autotuner.bench.workload import Workload, build_payloads, warmup_workload
+from autotuner.workloads import arrivals
+from autotuner.workloads.plan import LevelPlan
+from autotuner.workloads.synthetic import ENDPOINT_PATHS, Workload, build_payloads, warmup_workload
 
 WORKER_START_TIMEOUT_S = 120.0  # spawning, importing and warming up one worker process
 
@@ -52,15 +54,19 @@ class _Plan:
     bodies: tuple[bytes, ...]
     warmup_bodies: tuple[bytes, ...]
     max_concurrency: int | None
-    request_rate: float | None
-    seed: int
+    arrivals_s: tuple[float, ...] | None  # when each body is due, from the measured phase's start (None: at once)
     timeout_s: float
     duration_s: float | None = None  # no request starts after this long into the measured phase
 
 
-def _plan(base_url: str, model: str, workload: Workload, *, max_concurrency: int | None,
+def _endpoint(path: str) -> str:
+    return next((name for name, p in ENDPOINT_PATHS.items() if p == path), "completions")
+
+
+def _plan(base_url: str, model: str, workload: Workload | LevelPlan, *, max_concurrency: int | None,
           request_rate: float | None, warmup_requests: int, seed: int, timeout_s: float,
-          duration_s: float | None = None) -> _Plan:
+          duration_s: float | None = None, speedup: float | None = None, arrival: arrivals.Pattern = "poisson",
+          burstiness: float = 1.0, warmup: LevelPlan | None = None) -> _Plan:
     if max_concurrency is not None and max_concurrency < 1:
         raise ValueError(f"max_concurrency must be >= 1 or None, got {max_concurrency}")
     if request_rate is not None and not request_rate > 0:
@@ -70,16 +76,24 @@ def _plan(base_url: str, model: str, workload: Workload, *, max_concurrency: int
     if duration_s is not None and not duration_s > 0:
         raise ValueError(f"duration_s must be > 0 or None, got {duration_s}")
     # Encode once, here: JSON encoding is not part of what a request costs the server.
-    bodies = tuple(json.dumps(p).encode() for p in build_payloads(workload, model))
-    warmup: tuple[bytes, ...] = ()
-    if warmup_requests:
+    if isinstance(workload, LevelPlan):
+        path, bodies = workload.path, tuple(json.dumps(p).encode() for p in workload.bodies)
+        warm = tuple(json.dumps(p).encode() for p in warmup.bodies) if warmup is not None else ()
+    else:
+        path, bodies = workload.path, tuple(json.dumps(p).encode() for p in build_payloads(workload, model))
         # Prompts no measured request sends: no prefix-cache head start (workload.warmup_workload).
-        warmup = tuple(
-            json.dumps(p).encode() for p in build_payloads(warmup_workload(workload, warmup_requests), model)
-        )
-    return _Plan(url=base_url.rstrip("/") + workload.path, endpoint=workload.endpoint, bodies=bodies,
-                 warmup_bodies=warmup, max_concurrency=max_concurrency, request_rate=request_rate, seed=seed,
-                 timeout_s=timeout_s, duration_s=duration_s)
+        warm = tuple(json.dumps(p).encode()
+                     for p in build_payloads(warmup_workload(workload, warmup_requests), model)) if warmup_requests else ()
+    if speedup is not None:
+        if not isinstance(workload, LevelPlan) or workload.arrivals_s is None:
+            raise ValueError("a speed-up replays a trace's own times: this workload has none")
+        due: tuple[float, ...] | None = tuple(arrivals.scaled(workload.arrivals_s, speedup))
+    elif request_rate is None or math.isinf(request_rate):
+        due = None
+    else:
+        due = tuple(arrivals.schedule(len(bodies), request_rate, seed=seed, pattern=arrival, burstiness=burstiness))
+    return _Plan(url=base_url.rstrip("/") + path, endpoint=_endpoint(path), bodies=bodies, warmup_bodies=warm,
+                 max_concurrency=max_concurrency, arrivals_s=due, timeout_s=timeout_s, duration_s=duration_s)
 
 
 def _connections_needed(plan: _Plan) -> int:
@@ -88,20 +102,23 @@ def _connections_needed(plan: _Plan) -> int:
 
 
 async def _send_all(client: httpx.AsyncClient, plan: _Plan, bodies: tuple[bytes, ...],
-                    max_concurrency: int | None, request_rate: float | None, seed: int,
+                    max_concurrency: int | None, arrivals_s: tuple[float, ...] | None,
                     deadline_ns: int | None = None) -> list[RequestRecord | None]:
-    """Send `bodies` under the given limits; records in the order of `bodies`. After `deadline_ns` no
-    request starts (those in flight finish): the unsent ones' records stay None."""
+    """Send `bodies` under the given limits, each at its arrival time if any (offsets from now); records
+    in the order of `bodies`, each with when it was due. After `deadline_ns` no request starts (those in
+    flight finish): the unsent ones' records stay None."""
     records: list[RequestRecord | None] = [None] * len(bodies)
     url, endpoint, timeout_s = plan.url, plan.endpoint, plan.timeout_s
 
     def late() -> bool:
         return deadline_ns is not None and perf_counter_ns() >= deadline_ns
 
-    async def send(i: int) -> None:
-        records[i] = await stream_request(client, url, bodies[i], endpoint=endpoint, timeout_s=timeout_s)  # type: ignore[arg-type]  # plan.endpoint: a str validated upstream
+    async def send(i: int, due_ns: int | None = None) -> None:
+        record = await stream_request(client, url, bodies[i], endpoint=endpoint, timeout_s=timeout_s)  # type: ignore[arg-type]  # plan.endpoint: a str validated upstream
+        record.due_ns = due_ns
+        records[i] = record
 
-    if request_rate is None or math.isinf(request_rate):
+    if arrivals_s is None:
         if max_concurrency is None or max_concurrency >= len(bodies):
             await asyncio.gather(*(send(i) for i in range(len(bodies))))
         else:
@@ -116,28 +133,25 @@ async def _send_all(client: httpx.AsyncClient, plan: _Plan, bodies: tuple[bytes,
 
             await asyncio.gather(*(loop() for _ in range(max_concurrency)))
     else:
-        rng = random.Random(seed)
         slots = asyncio.Semaphore(max_concurrency) if max_concurrency else None
 
-        async def arrive(i: int) -> None:
+        async def arrive(i: int, due_ns: int) -> None:
             if slots is None:
-                return await send(i)
-            async with slots:
-                await send(i)
+                return await send(i, due_ns)
+            async with slots:  # waiting here is the client's queue time (start_ns - due_ns)
+                await send(i, due_ns)
 
         tasks = []
         loop_ = asyncio.get_running_loop()
-        due_s = loop_.time()
-        for i in range(len(bodies)):
-            if i:
-                # Absolute schedule: sleeping late once does not shift every later arrival.
-                due_s += rng.expovariate(request_rate)
-                delay_s = due_s - loop_.time()
-                if delay_s > 0:
-                    await asyncio.sleep(delay_s)
+        start_s, start_ns = loop_.time(), perf_counter_ns()
+        for i, offset_s in enumerate(arrivals_s[:len(bodies)]):
+            # Absolute schedule: sleeping late once does not shift every later arrival.
+            delay_s = start_s + offset_s - loop_.time()
+            if delay_s > 0:
+                await asyncio.sleep(delay_s)
             if late():
                 break
-            tasks.append(asyncio.ensure_future(arrive(i)))
+            tasks.append(asyncio.ensure_future(arrive(i, start_ns + int(offset_s * 1e9))))
         await asyncio.gather(*tasks)
     return records
 
@@ -151,13 +165,12 @@ async def _run_plan(plan: _Plan, client: httpx.AsyncClient | None,
         client = make_client(_connections_needed(plan), plan.timeout_s)
     try:
         if plan.warmup_bodies:
-            await _send_all(client, plan, plan.warmup_bodies, plan.max_concurrency, None, plan.seed)
+            await _send_all(client, plan, plan.warmup_bodies, plan.max_concurrency, None)
         if ready is not None:
             ready()  # blocks until every worker is warm: nothing else runs on this loop meanwhile
         start_ns = perf_counter_ns()
         deadline_ns = start_ns + int(plan.duration_s * 1e9) if plan.duration_s else None
-        records = await _send_all(client, plan, plan.bodies, plan.max_concurrency, plan.request_rate, plan.seed,
-                                  deadline_ns)
+        records = await _send_all(client, plan, plan.bodies, plan.max_concurrency, plan.arrivals_s, deadline_ns)
         end_ns = perf_counter_ns()
     finally:
         if own_client:
@@ -168,11 +181,15 @@ async def _run_plan(plan: _Plan, client: httpx.AsyncClient | None,
 async def run_level(
     base_url: str,
     model: str,
-    workload: Workload,
+    workload: Workload | LevelPlan,
     *,
     max_concurrency: int | None = None,
     request_rate: float | None = None,
+    speedup: float | None = None,
+    arrival: arrivals.Pattern = "poisson",
+    burstiness: float = 1.0,
     warmup_requests: int = 0,
+    warmup: LevelPlan | None = None,
     seed: int = 0,
     timeout_s: float = 300.0,
     duration_s: float | None = None,
@@ -187,22 +204,23 @@ async def run_level(
     by default one is made and closed here. `workers` > 1 runs `run_level_sync` in a thread (and so
     ignores `client`). Request failures are in the result (failed, error_samples), never raised.
     """
+    options = dict(max_concurrency=max_concurrency, request_rate=request_rate, speedup=speedup, arrival=arrival,
+                   burstiness=burstiness, warmup_requests=warmup_requests, warmup=warmup, seed=seed,
+                   timeout_s=timeout_s, duration_s=duration_s)
     if workers > 1:
-        return await asyncio.to_thread(
-            run_level_sync, base_url, model, workload, max_concurrency=max_concurrency, request_rate=request_rate,
-            warmup_requests=warmup_requests, seed=seed, timeout_s=timeout_s, duration_s=duration_s,
-            workers=workers)
-    plan = _plan(base_url, model, workload, max_concurrency=max_concurrency, request_rate=request_rate,
-                 warmup_requests=warmup_requests, seed=seed, timeout_s=timeout_s, duration_s=duration_s)
+        return await asyncio.to_thread(run_level_sync, base_url, model, workload, workers=workers, **options)  # type: ignore[arg-type]
+    plan = _plan(base_url, model, workload, **options)  # type: ignore[arg-type]
     records, start_ns, end_ns = await _run_plan(plan, client)
-    return _result(records, start_ns, end_ns, max_concurrency, request_rate)
+    return _result(records, start_ns, end_ns, max_concurrency, request_rate, plan.arrivals_s)
 
 
 def _result(records: list[RequestRecord | None], start_ns: int, end_ns: int, max_concurrency: int | None,
-            request_rate: float | None) -> tuple[LevelResult, list[RequestRecord]]:
+            request_rate: float | None, arrivals_s: tuple[float, ...] | None = None,
+            ) -> tuple[LevelResult, list[RequestRecord]]:
     sent = [r for r in records if r is not None]
     result = LevelResult.from_records(sent, (end_ns - start_ns) / 1e9, max_concurrency=max_concurrency,
-                                      request_rate=request_rate)
+                                      request_rate=request_rate,
+                                      offered_rate=arrivals.offered_rate(arrivals_s) if arrivals_s else None)
     return result, sent
 
 
@@ -225,11 +243,15 @@ def _worker_main(plan: _Plan, barrier: Any, results: Any, index: int) -> None:
 def run_level_sync(
     base_url: str,
     model: str,
-    workload: Workload,
+    workload: Workload | LevelPlan,
     *,
     max_concurrency: int | None = None,
     request_rate: float | None = None,
+    speedup: float | None = None,
+    arrival: arrivals.Pattern = "poisson",
+    burstiness: float = 1.0,
     warmup_requests: int = 0,
+    warmup: LevelPlan | None = None,
     seed: int = 0,
     timeout_s: float = 300.0,
     duration_s: float | None = None,
@@ -241,18 +263,19 @@ def run_level_sync(
     """
     if workers < 1:
         raise ValueError(f"workers must be >= 1, got {workers}")
-    workers = min(workers, workload.num_prompts, max_concurrency or workload.num_prompts)
+    options = dict(max_concurrency=max_concurrency, request_rate=request_rate, speedup=speedup, arrival=arrival,
+                   burstiness=burstiness, warmup_requests=warmup_requests, warmup=warmup, seed=seed,
+                   timeout_s=timeout_s, duration_s=duration_s)
+    count = len(workload) if isinstance(workload, LevelPlan) else workload.num_prompts
+    workers = min(workers, count, max_concurrency or count)
     if workers == 1:
-        return asyncio.run(run_level(base_url, model, workload, max_concurrency=max_concurrency,
-                                     request_rate=request_rate, warmup_requests=warmup_requests, seed=seed,
-                                     timeout_s=timeout_s, duration_s=duration_s))
-    plan = _plan(base_url, model, workload, max_concurrency=max_concurrency, request_rate=request_rate,
-                 warmup_requests=warmup_requests, seed=seed, timeout_s=timeout_s, duration_s=duration_s)
+        return asyncio.run(run_level(base_url, model, workload, **options))  # type: ignore[arg-type]
+    plan = _plan(base_url, model, workload, **options)  # type: ignore[arg-type]
     concurrencies = _split(max_concurrency, workers)
-    rate = None if request_rate is None or math.isinf(request_rate) else request_rate / workers
+    # Every worker keeps the one schedule: request i is due at arrivals_s[i] from the common start.
     plans = [
         replace(plan, bodies=plan.bodies[k::workers], warmup_bodies=plan.warmup_bodies[k::workers],
-                max_concurrency=concurrencies[k], request_rate=rate if rate else request_rate, seed=seed + k)
+                max_concurrency=concurrencies[k], arrivals_s=plan.arrivals_s[k::workers] if plan.arrivals_s else None)
         for k in range(workers)
     ]
     # spawn, not fork: the caller may have threads (a fake server, MLflow) that fork would copy broken.
@@ -291,7 +314,7 @@ def run_level_sync(
         records[k::workers] = [RequestRecord.from_json(r) if r else None for r in recs]
     start_ns = min(o[1] for o in outputs.values())
     end_ns = max(o[2] for o in outputs.values())
-    return _result(records, start_ns, end_ns, max_concurrency, request_rate)
+    return _result(records, start_ns, end_ns, max_concurrency, request_rate, plan.arrivals_s)
 
 
 def _fmt(value: float, spec: str = ".2f") -> str:

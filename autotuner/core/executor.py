@@ -31,7 +31,7 @@ from autotuner.bench.runner import run_level
 from autotuner.bench.server_metrics import ServerMetricsSampler
 from autotuner.bench.server_metrics import summarize as summarize_samples
 from autotuner.bench.spread import spread_metrics
-from autotuner.bench.workload import Workload, level_workload, warmup_workload
+from autotuner.workloads.synthetic import Workload, level_workload, warmup_workload
 from autotuner.config import Experiment
 from autotuner.config.space import SearchSpace
 from autotuner.core import bans, launch, pruning, record, timeouts

@@ -13,7 +13,7 @@ import statistics
 
 from autotuner.bench.runner import run_level
 from autotuner.bench.server_metrics import DEFAULT_INTERVAL_S, ServerMetricsSampler
-from autotuner.bench.workload import Workload
+from autotuner.workloads.synthetic import Workload
 from tests.conftest import with_timing_retries
 from tests.fake_openai_server import FakeOpenAIServer, FakeServerConfig
 

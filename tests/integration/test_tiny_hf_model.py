@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from autotuner.bench.workload import WORDS
+from autotuner.workloads.synthetic import WORDS
 
 # A script of the vLLM venv, not a module of the package: loaded by path (it imports torch only when run).
 _spec = importlib.util.spec_from_file_location("tiny_hf",

@@ -7,7 +7,7 @@ import os
 
 import pytest
 
-from autotuner.bench.workload import WORDS, Workload, build_payloads, build_prompts, level_workload, warmup_workload
+from autotuner.workloads.synthetic import WORDS, Workload, build_payloads, build_prompts, level_workload, warmup_workload
 
 
 def test_same_seed_same_payloads_other_seed_other_prompts() -> None:
@@ -22,7 +22,7 @@ def test_prompts_do_not_depend_on_the_process_hash_seed() -> None:
     import subprocess
     import sys
 
-    code = "from autotuner.bench.workload import build_prompts; print(build_prompts(3, 10, 5))"
+    code = "from autotuner.workloads.synthetic import build_prompts; print(build_prompts(3, 10, 5))"
     outs = {
         subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True,
                        env={**os.environ, "PYTHONHASHSEED": seed}).stdout

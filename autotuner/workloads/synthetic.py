@@ -21,32 +21,11 @@ from __future__ import annotations
 import hashlib
 import random
 from dataclasses import asdict, dataclass, replace
-from typing import Any, Literal
+from typing import Any
 
-Endpoint = Literal["completions", "chat"]
-
-# Paths are relative to the server's base URL (e.g. http://127.0.0.1:8080).
-ENDPOINT_PATHS: dict[str, str] = {
-    "completions": "/v1/completions",
-    "chat": "/v1/chat/completions",
-}
-
-# Short, common, lower-case English words, nearly all a single token (with their leading space) in the
-# usual BPE vocabularies, so `input_len` words come out close to `input_len` prompt tokens (the server's
-# usage chunk reports the exact count). Never reorder or edit: prompts, and so results, depend on it.
-WORDS: tuple[str, ...] = tuple(
-    """
-    the of and to in is was for on that with as by at from his it an were are which be this has also
-    had not but first one their its new after who they have her she two been other when there all
-    during into school time may years more most only over city some world would where later up such
-    used many can state about national out known university united then made war these while under
-    between well being both through part because each team film season since three game year same
-    high back name group life work number people around long home day small see left right house
-    book water area line place end large make good show play way side law air music field road land
-    power body face light river point sea fire open order age king form money art love view hand
-    care test data page town club model level head rate base list story plan cost
-    """.split()
-)
+from autotuner.workloads.lengths import Lengths
+from autotuner.workloads.plan import RequestSpec
+from autotuner.workloads.words import ENDPOINT_PATHS, WORDS, Endpoint
 
 
 @dataclass(frozen=True)
@@ -153,3 +132,23 @@ def build_payloads(workload: Workload, model: str) -> list[dict[str, Any]]:
     """All `workload.num_prompts` request bodies, deterministic in `workload.seed` and `workload.stream`."""
     prompts = build_prompts(workload.num_prompts, workload.input_len, workload.prompt_seed, shared_prefix(workload))
     return [build_payload(workload, model, p) for p in prompts]
+
+
+def synthetic_specs(n: int, *, input_len: Lengths, output_len: Lengths, prefix_len: int = 0, prefix_groups: int = 1,
+                    seed: int = 0, stream: str = "") -> list[RequestSpec]:
+    """`n` requests with lengths drawn from `input_len` and `output_len` (in tokens); with `prefix_len`,
+    each prompt starts with one of `prefix_groups` shared prefixes of that many tokens (the same in
+    every stream: reuse on purpose, the same for every config), drawn at random per request, then
+    tokens of its own (at least one). The lengths depend on `seed` and `stream` alone."""
+    rng = random.Random(derived_seed(seed, f"lengths/{stream}"))
+    specs = []
+    for _ in range(n):
+        n_in, n_out = input_len.draw(rng), output_len.draw(rng)
+        blocks: tuple[tuple[str, int], ...] = ()
+        if prefix_len:
+            group = rng.randrange(prefix_groups)
+            shared = min(prefix_len, n_in - 1)
+            blocks = ((f"prefix/{seed}/{group}", shared),) if shared else ()
+        own = n_in - sum(length for _, length in blocks)
+        specs.append(RequestSpec(blocks=blocks, own_tokens=own, output_tokens=n_out))
+    return specs
