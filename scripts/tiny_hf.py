@@ -97,7 +97,7 @@ def write_tiny_hf_llama(out: Path, size: str = "small", seed: int = 0) -> Path:
     return out
 
 
-# The words of autotuner.bench.workload.WORDS (a unit test checks they stay the same), so prompts of the
+# The words of autotuner.workloads.synthetic.WORDS (a unit test checks they stay the same), so prompts of the
 # load generator tokenize to about one token per word.
 WORDS = """
 the of and to in is was for on that with as by at from his it an were are which be this
