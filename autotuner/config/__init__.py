@@ -15,12 +15,8 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Discriminator, Field, Tag, ValidationError, field_validator, model_validator
 
 
-class ConfigError(Exception):
-    """A user's file is wrong. The message is one line: file, field, what was expected."""
-
-
-class _Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
+from autotuner.config._base import ConfigError, _Strict
+from autotuner.config.workload import WorkloadConfig
 
 
 # --- search space -----------------------------------------------------------------------------------
@@ -120,33 +116,6 @@ class HardwareConfig(_Strict):
         "the performance-model advisor (default: from the host's GPU name).")
 
 
-class WorkloadConfig(_Strict):
-    endpoint: Literal["completions", "chat"] = "completions"
-    num_prompts: int = Field(64, gt=0, description="Measured requests per load level (the most it sends).")
-    duration_s: float | None = Field(
-        None, gt=0, description="Bound each load level by time too: no request starts after this many seconds "
-                                "(those in flight finish). A level ends after num_prompts requests or about "
-                                "duration_s, whichever comes first; every config gets the same prompts in order.")
-    input_len: int = Field(128, gt=0, description="Prompt length in words (about one token each).")
-    output_len: int = Field(64, gt=0, description="Generated tokens per request.")
-    warmup_requests: int = Field(4, ge=0, description="Unmeasured requests sent before each trial.")
-    request_timeout_s: float | None = Field(
-        None, gt=0, description="Seconds one request may take (unset: from each level's load and the rate the "
-                                "config just showed, and the SLO; see autotuner/core/timeouts.py).")
-    seed: int = Field(0, description="Seed of the prompts; the warm-up and each load level draw their own "
-                                     "prompts from it, the same in every trial, never one sent before.")
-    shared_prefix_len: int = Field(
-        0, ge=0, description="Words (about one token each) at the start of every prompt that are the same "
-                             "for all: prefix reuse on purpose, the same for every config (0: none).")
-
-    @model_validator(mode="after")
-    def _prefix(self) -> WorkloadConfig:
-        if self.shared_prefix_len >= self.input_len:
-            raise ValueError(f"shared_prefix_len ({self.shared_prefix_len}) must be below input_len "
-                             f"({self.input_len}): each prompt needs words of its own")
-        return self
-
-
 class LoadSearchConfig(_Strict):
     """Bisection for the highest load that still meets the SLO, within one launch (see load_search.py)."""
 
@@ -179,6 +148,16 @@ class LoadConfig(_Strict):
 
     max_concurrency: list[int] | None = Field(None, min_length=1)
     request_rate: list[float] | None = Field(None, min_length=1)
+    speedup: list[float] | None = Field(
+        None, min_length=1, description="A trace workload replayed on its own timestamps, this many times faster "
+                                        "(1: as recorded).")
+    arrival: Literal["poisson", "constant"] = Field(
+        "poisson", description="How requests arrive at a request_rate level: poisson (gamma with burstiness) or "
+                               "constant; either offers exactly the rate named.")
+    burstiness: float = Field(1.0, gt=0, description="Poisson arrivals' gamma shape: 1 Poisson, < 1 burstier, "
+                                                     "> 1 more even (as vllm bench serve's --burstiness).")
+    workers: int = Field(1, ge=1, description="Load generator processes (each its own event loop); more when "
+                                              "one core cannot keep up with the load.")
     search: LoadSearchConfig | None = Field(
         None, description="Bisect for the highest load meeting objective.slo (instead of a list of levels).")
     stop_at_saturation: bool = Field(True, description="End the sweep when more load stops raising throughput "
@@ -187,10 +166,10 @@ class LoadConfig(_Strict):
 
     @model_validator(mode="after")
     def _one_kind(self) -> LoadConfig:
-        given = [k for k in ("max_concurrency", "request_rate", "search") if getattr(self, k) is not None]
+        given = [k for k in ("max_concurrency", "request_rate", "speedup", "search") if getattr(self, k) is not None]
         if len(given) != 1:
-            raise ValueError("give exactly one of max_concurrency, request_rate or search")
-        for v in self.max_concurrency or self.request_rate or []:
+            raise ValueError("give exactly one of max_concurrency, request_rate, speedup or search")
+        for v in self.max_concurrency or self.request_rate or self.speedup or []:
             if v <= 0:
                 raise ValueError(f"load levels must be positive (got {v})")
         return self
@@ -206,6 +185,8 @@ class LoadConfig(_Strict):
             return [{self.search.kind: v} for v in self.search.max_concurrency or self.search.request_rate or []]
         if self.max_concurrency:
             return [{"max_concurrency": c} for c in self.max_concurrency]
+        if self.speedup:
+            return [{"speedup": x} for x in self.speedup]
         return [{"request_rate": r} for r in self.request_rate or []]
 
     @property
@@ -220,7 +201,8 @@ class LoadConfig(_Strict):
             return (f"search for the highest {name} meeting the SLO in [{low[self.search.kind]:g}, "
                     f"{high[self.search.kind]:g}], at most {self.search.steps} levels")
         return ", ".join(
-            f"{k.replace('max_', '').replace('_', ' ')} {v:g}" for lv in self.levels() for k, v in lv.items()
+            f"trace at {v:g}x" if k == "speedup" else f"{k.replace('max_', '').replace('_', ' ')} {v:g}"
+            for lv in self.levels() for k, v in lv.items()
         )
 
 
@@ -523,6 +505,9 @@ class FieldError(ValueError):
 
 def cross_check(cfg: ExperimentConfig) -> None:
     """Rules between sections. Raises FieldError; run on load and again after command-line overrides."""
+    if cfg.load.speedup and not cfg.workload.trace:
+        raise FieldError("load.speedup", "a speed-up replays a trace's own timestamps: set workload.trace, or "
+                                         "use max_concurrency or request_rate levels")
     if cfg.load.search and not cfg.objective.slo:
         raise FieldError("load.search", "the highest load that meets the SLO needs an SLO: set objective.slo "
                                         "(e.g. {ttft_ms_p99: 2000})")

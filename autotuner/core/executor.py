@@ -31,16 +31,17 @@ from autotuner.bench.runner import run_level
 from autotuner.bench.server_metrics import ServerMetricsSampler
 from autotuner.bench.server_metrics import summarize as summarize_samples
 from autotuner.bench.spread import spread_metrics
-from autotuner.workloads.synthetic import Workload, level_workload, warmup_workload
 from autotuner.config import Experiment
 from autotuner.config.space import SearchSpace
 from autotuner.core import bans, launch, pruning, record, timeouts
 from autotuner.core.load_search import level_text, load_kind, make_plan
 from autotuner.core.objective import SloViolated, meets, slo_within, trial_values
 from autotuner.core.progress import Progress
+from autotuner.core.traffic import Traffic
 from autotuner.core.trial_records import TrialRecords
 from autotuner.engines._base import Engine, LaunchContext, LaunchSpec
 from autotuner.engines.model_facts import feasibility_context
+from autotuner.workloads.plan import LevelPlan
 from autotuner.launchers._base import Handle, Launcher, LaunchError, free_port
 from autotuner.node.pool import Leases, PoolTooSmall
 from autotuner.stages import moe_log
@@ -98,12 +99,14 @@ class TrialExecutor:
         self.secrets = secrets
         self.pool = pool  # the node's GPUs or cores, shared with other workers; None: the launch sees all
         self.space = SearchSpace(experiment.space)
-        self.facts = feasibility_context(experiment)  # workload, GPUs and the model's shape, read once
+        self.traffic = traffic_of(experiment, engine)
+        self.facts = feasibility_context(experiment, self.traffic.source)  # workload, GPUs, the model's shape
         self.labels = {"autotuner.study": self.cfg.study_name}
         self.stop = StopRequests()  # the driver's, shared: Ctrl-C reaches the measurement under way
         self.records = TrialRecords()
         self.bans: list[bans.Ban] = []  # values this engine version refused in earlier trials (the driver's)
         self._rate: float | None = None
+        self._output_len = 1.0  # a level's mean output tokens (the traffic's, once a launch has prepared it)
         self.cache_dir: Path | None = None  # the study's engine cache (the driver's), None: every launch starts cold
         self.answers: quality.Answers | None = None
         self.score: quality.Score | None = None
@@ -186,8 +189,8 @@ class TrialExecutor:
         w = self.cfg.workload
         (load_key, load), = level.items()
         return timeouts.request_timeout(w.request_timeout_s, load_key=load_key, load=float(load),
-                                        num_prompts=w.num_prompts, output_len=w.output_len, tok_per_s=self._rate,
-                                        slo=self.cfg.objective.slo, duration_s=w.duration_s)
+                                        num_prompts=self.traffic.count, output_len=self._output_len,
+                                        tok_per_s=self._rate, slo=self.cfg.objective.slo, duration_s=w.duration_s)
 
     def _check_stop(self, when: str) -> None:
         if self.stop.requested:
@@ -196,16 +199,19 @@ class TrialExecutor:
     async def _measure(self, handle: Handle, trial: optuna.Trial | None, progress: Progress,
                        timings: dict[str, float], gate: quality.Gate | None, measure_levels: bool) -> TrialResult:
         w = self.cfg.workload
-        workload = Workload(endpoint=w.endpoint, num_prompts=w.num_prompts, input_len=w.input_len,
-                            output_len=w.output_len, seed=w.seed, shared_prefix_len=w.shared_prefix_len)
         model = handle.spec.served_model_name
         self._rate = None  # the output rate this launch has shown: what the next level's timeout follows
-        if w.warmup_requests:
-            progress.phase(f"warming up ({w.warmup_requests} requests)")
+        for note in await self.traffic.prepare(handle.base_url, model, self.cfg.load.max_steps):
+            progress.note(f"    workload: {note}")
+        self._output_len = self.traffic.mean_output_len()
+        warmup = self.traffic.warmup(model)
+        if warmup is not None:
+            progress.phase(f"warming up ({len(warmup)} requests)")
             t = time.perf_counter()
             first = self.cfg.load.levels()[0]
-            warm, _ = await run_level(handle.base_url, model, warmup_workload(workload, w.warmup_requests),
-                                      timeout_s=self._timeout(first), **first)
+            # a trace's speed-up is a schedule: the warm-up sends its few requests at once instead
+            load = {"max_concurrency": len(warmup)} if "speedup" in first else first
+            warm, _ = await run_level(handle.base_url, model, warmup, timeout_s=self._timeout(first), **load)
             self._rate = warm.output_tok_per_s if warm.completed else None
             timings["warmup_s"] = time.perf_counter() - t
             self._check_stop("after warming up")
@@ -220,7 +226,7 @@ class TrialExecutor:
         self.gpu_telemetry = GpuTelemetrySampler(handle.spec.gpu_ids, enabled=self.cfg.hardware.gpus > 0)
         self.gpu_telemetry.start()
         try:
-            return await self._measure_levels(handle, trial, progress, timings, workload, sampler)
+            return await self._measure_levels(handle, trial, progress, timings, sampler)
         finally:
             self.gpu_telemetry.stop()
             await sampler.stop()
@@ -250,7 +256,7 @@ class TrialExecutor:
         progress.note(f"    answers as the defaults': {quality.describe(self.score)}")
 
     async def _measure_levels(self, handle: Handle, trial: optuna.Trial | None,
-                              progress: Progress, timings: dict[str, float], workload: Workload,
+                              progress: Progress, timings: dict[str, float],
                               sampler: ServerMetricsSampler) -> TrialResult:
         w = self.cfg.workload
         objective = self.cfg.objective
@@ -265,10 +271,11 @@ class TrialExecutor:
         while level is not None:
             of = f" [{step + 1}/{plan.total}]" if plan.total > 1 else ""
             within = f" or {w.duration_s:g} s" if w.duration_s else ""
-            progress.phase(f"measuring {level_text(level)}{of} ({w.num_prompts} requests{within})")
+            progress.phase(f"measuring {level_text(level)}{of} ({self.traffic.count} requests{within})")
             timeout_s = self._timeout(level)
-            result, records = await self._run_level(handle, level_workload(workload, step), level, timeout_s,
-                                                    sampler)
+            model = handle.spec.served_model_name
+            requests = self.traffic.level(step, model)
+            result, records = await self._run_level(handle, requests, level, timeout_s, sampler)
             # A dropped connection may be a passing fault: only a level that drops requests again ends the
             # sweep, else one request could cut a trial's value (a probe's failures end only that probe).
             dropped = 0 if search or self.stop.requested else dropped_only(records, objective.max_error_rate)
@@ -279,15 +286,16 @@ class TrialExecutor:
                                "and is still up: measuring it once more")
                 sampler.forget_level()
                 self.gpu_telemetry.forget_level()
-                result, records = await self._run_level(handle, level_workload(workload, step, again=True), level,
-                                                        timeout_s, sampler)
+                requests = self.traffic.level(step, model, again=True)
+                result, records = await self._run_level(handle, requests, level, timeout_s, sampler)
             self._rate = result.output_tok_per_s if result.completed else self._rate
             self.records.add_level(step, records)
             results.append(result)
             metrics = {**level, **result.metrics(), **spread_metrics(records), "request_timeout_s": timeout_s,
                        GOODPUT: goodput(records, result.duration_s, objective.slo),
                        **summarize_samples(sampler.level_samples(step), self.engine.name),
-                       **self.gpu_telemetry.level_metrics(step), **({DROPPED_BEFORE: dropped} if dropped else {})}
+                       **self.gpu_telemetry.level_metrics(step), **({DROPPED_BEFORE: dropped} if dropped else {}),
+                       **prompt_token_metrics(requests, result)}
             if note := usage_note(result):
                 progress.note(f"    warning at {level_text(level)}: {note}")
             self.records.level_metrics.append(metrics)
@@ -335,12 +343,14 @@ class TrialExecutor:
                                level_metrics=level_metrics, transient=near)
         return TrialResult("COMPLETE", values=values, levels=results, level_metrics=level_metrics)
 
-    async def _run_level(self, handle: Handle, workload: Workload, level: dict[str, Any], timeout_s: float,
+    async def _run_level(self, handle: Handle, requests: LevelPlan, level: dict[str, Any], timeout_s: float,
                          sampler: ServerMetricsSampler) -> tuple[LevelResult, list[RequestRecord]]:
         sampler.mark()
         self.gpu_telemetry.mark()
-        return await run_level(handle.base_url, handle.spec.served_model_name, workload, timeout_s=timeout_s,
-                               duration_s=self.cfg.workload.duration_s, **level)
+        load = self.cfg.load
+        return await run_level(handle.base_url, handle.spec.served_model_name, requests, timeout_s=timeout_s,
+                               duration_s=self.cfg.workload.duration_s, arrival=load.arrival,
+                               burstiness=load.burstiness, seed=self.cfg.workload.seed, workers=load.workers, **level)
 
     def _measured_scaling(self, trial: optuna.Trial | None, load_key: str, max_load: float) -> dict[float, float]:
         """How steeply the study's finished trials grew with load (pruning.measured_scaling), for the
@@ -387,3 +397,21 @@ class TrialExecutor:
 
     def launch_context(self, port: int) -> LaunchContext:
         return launch.launch_context(self.exp, port=port, binary=self.binary)
+
+
+def traffic_of(experiment: Experiment, engine: Engine) -> Traffic:
+    """The experiment's traffic for this engine (its workload file is read here, once per process)."""
+    w = experiment.config.workload
+    base = experiment.source.parent
+    return Traffic(w, w.source(base, experiment.config.load.max_steps), w.count(base), engine.tokenize)
+
+
+def prompt_token_metrics(requests: LevelPlan, result: LevelResult) -> dict[str, float]:
+    """The prompt tokens a level asked for beside those the server counted (usage): how exact it was."""
+    asked = requests.requested_input_tokens
+    if asked is None or not result.completed or result.usage_missing:
+        return {}
+    # only completed requests are counted by the server: compare like with like when some failed
+    share = result.completed / max(len(requests), 1)
+    return {"requested_input_tokens": float(asked), "prompt_tokens_measured_ratio": result.input_tokens / (asked * share),
+            "prompt_tokens_exact": float(requests.exact)}

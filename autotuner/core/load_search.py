@@ -118,4 +118,6 @@ def load_kind(load: LoadConfig) -> str:
 def level_text(level: Mapping[str, Any]) -> str:
     if "max_concurrency" in level:
         return f"concurrency {level['max_concurrency']:g}"
+    if "speedup" in level:
+        return f"trace at {level['speedup']:g}x"
     return f"rate {level['request_rate']:g} req/s"

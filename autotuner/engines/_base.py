@@ -18,6 +18,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar
 
+from autotuner.bench.tokenize import TokenizeEndpoint
+
 if TYPE_CHECKING:  # the advisor seam's types; engines only fill them
     from autotuner.advisors import Proposal, StudySoFar
 
@@ -162,6 +164,9 @@ class Engine:
     default_image: ClassVar[str] = "{engine}:{version}"  # format(version=...): where --format docker runs it
     server_metrics: ClassVar[Mapping[str, tuple[str, str, float]]] = {}  # canonical /metrics name -> source
     caches: ClassVar[Mapping[str, str]] = {}  # cache variable -> subfolder of the study's engine cache (cache_env)
+    # How the server counts tokens (bench/tokenize.py): prompts exact in its tokens; None: it cannot.
+    # vLLM's POST /tokenize and SGLang's (from 0.5.4; /v1/tokenize with /tokenize as an alias) take this.
+    tokenize: ClassVar[TokenizeEndpoint | None] = TokenizeEndpoint("/tokenize", "prompt", "add_special_tokens")
     # The allow-list: environment variables a search space may set (`{env: NAME, ...}`), name -> Flag(env=NAME).
     env_params: ClassVar[Mapping[str, Flag]] = {}
 

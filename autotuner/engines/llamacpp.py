@@ -10,6 +10,7 @@ import re
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
+from autotuner.bench.tokenize import TokenizeEndpoint
 from autotuner.engines._base import Engine, Flag, LaunchContext, LaunchSpec, register
 
 if TYPE_CHECKING:
@@ -38,6 +39,29 @@ FLAGS: dict[str, Flag] = {
     "rope_freq_base": Flag("--rope-freq-base", default=0, help="RoPE base frequency; 0 = the model's"),
 }
 
+def _context_rules(params: Mapping[str, Any], context: Mapping[str, Any]) -> list[str]:
+    """Does the KV context hold the workload? Split across slots, each slot's share must hold the longest
+    request (llama-server refuses one past it: "context size has been exceeded"); one unified buffer
+    must hold the longest and the typical request of every slot that the load keeps busy at once."""
+    ctx, slots = int(params.get("ctx_size") or 0), int(params.get("parallel") or -1)
+    longest, mean = context.get("longest_request"), context.get("mean_request")
+    if not ctx or slots < 1 or not longest:
+        return []  # the model's own context, or slots llama-server chooses: nothing to check here
+    if not params.get("kv_unified", False):
+        per_slot = ctx // slots
+        if per_slot < longest:
+            return [f"ctx_size {ctx} split over {slots} slots is {per_slot} tokens a slot, below the workload's "
+                    f"longest request ({longest} tokens, prompt and output)"]
+        return []
+    busy = min(slots, int(context.get("max_concurrency") or slots))
+    if ctx < longest:
+        return [f"the unified KV buffer (ctx_size {ctx}) is below the workload's longest request ({longest} tokens)"]
+    if mean and ctx < busy * mean:
+        return [f"the unified KV buffer (ctx_size {ctx}) is below {busy} busy slots x the workload's mean request "
+                f"({mean:.0f} tokens): requests would fail for want of context"]
+    return []
+
+
 # Log lines that say why a start failed, most specific first.
 _FAILURES = [
     ("bad-flag", re.compile(r"error: (invalid argument|unknown value|unknown argument)|invalid value for", re.I)),
@@ -62,6 +86,8 @@ class LlamaCppEngine(Engine):
         "decode_calls_total": ("llamacpp:n_decode_total", "counter", 1.0),
     }
     flags = FLAGS
+    # llama-server's /tokenize: {"content": text, "add_special": false} -> {"tokens": [...]}
+    tokenize = TokenizeEndpoint("/tokenize", "content", "add_special", with_model=False)
 
     def build(self, params: Mapping[str, Any], ctx: LaunchContext) -> LaunchSpec:
         argv = [
@@ -120,6 +146,7 @@ class LlamaCppEngine(Engine):
         v = params.get("cache_type_v", "f16")
         if v not in ("f16", "f32", "bf16") and params.get("flash_attn") == "off":
             broken.append(f"cache_type_v={v} needs flash_attn on (llama.cpp rejects a quantized V cache without it)")
+        broken += _context_rules(params, context)
         return broken
 
     def classify_failure(self, log_tail: str, exit_code: int | None = None) -> tuple[str | None, str | None]:

@@ -51,12 +51,35 @@ def read_model_facts(model_path: Path) -> dict[str, int]:
     return facts
 
 
-def feasibility_context(exp: Any) -> dict[str, Any]:
+def feasibility_context(exp: Any, source: Any = None) -> dict[str, Any]:
     """What the engines' `infeasible` rules read about an experiment (autotuner.config.Experiment):
-    workload lengths, declared GPUs, fixed engine_args, and the model's shape when config.json is at hand."""
+    workload lengths, declared GPUs, fixed engine_args, and the model's shape when config.json is at hand.
+
+    With the workload's `source` (workloads/source.py), the lengths are those of the requests every
+    trial sends: `longest_request` (prompt + output tokens of the longest; absent where a dataset's
+    prompts are not counted yet), `mean_request`, and `max_concurrency`, the most requests in flight."""
     cfg = exp.config
-    return {"input_len": cfg.workload.input_len, "output_len": cfg.workload.output_len, "gpus": cfg.hardware.gpus,
-            "engine_args": tuple(cfg.engine_args), **read_model_facts(exp.model_path)}
+    w = cfg.workload
+    facts: dict[str, Any] = {"input_len": round(w.input_lengths.mean), "output_len": round(w.output_lengths.mean),
+                             "gpus": cfg.hardware.gpus, "engine_args": tuple(cfg.engine_args),
+                             **read_model_facts(exp.model_path)}
+    if source is not None:
+        shape = workload_shape(exp, source)
+        if shape.longest_request is not None:
+            facts.update(longest_request=shape.longest_request, mean_request=shape.mean_request)
+        facts["output_len"] = shape.longest_output or facts["output_len"]
+    levels = cfg.load.levels()
+    if levels and "max_concurrency" in levels[0]:
+        facts["max_concurrency"] = int(cfg.load.max_load)
+    return facts
+
+
+def workload_shape(exp: Any, source: Any) -> Any:
+    """The shape (workloads.source.Shape) of every request a trial of `exp` may send: the warm-up's and
+    each level's, measured once and again."""
+    steps = exp.config.load.max_steps
+    streams = [f"level-{k}{again}" for k in range(steps) for again in ("", "-again")]
+    return source.shape(streams, exp.config.workload.count(exp.source.parent))
 
 
 def read_quantization(model_path: Path) -> dict[str, str]:

@@ -249,10 +249,10 @@ class SglangEngine(Engine):
         if params.get("attention_backend") == "trtllm_mha" and params.get("page_size") not in (None, 16, 32, 64):
             broken.append(f"page_size = {params['page_size']}: trtllm_mha takes 16, 32 or 64")
         max_len = params.get("context_length") or context.get("max_position_embeddings")
-        need = int(context.get("input_len", 0)) + int(context.get("output_len", 0))
+        need = context.get("longest_request") or int(context.get("input_len", 0)) + int(context.get("output_len", 0))
         if max_len and need > int(max_len):
-            broken.append(f"context_length = {max_len} is shorter than the workload's requests "
-                          f"(input_len + output_len = {need})")
+            broken.append(f"context_length = {max_len} is shorter than the workload's longest request "
+                          f"({need} tokens, prompt and output)")
         return broken
 
     def classify_failure(self, log_tail: str, exit_code: int | None = None) -> tuple[str | None, str | None]:

@@ -356,10 +356,10 @@ class VllmEngine(Engine):
                           f"max_model_len = {max_len} (a whole prompt goes in one step)")
         if budget is not None and seqs is not None and int(budget) < int(seqs):
             broken.append(f"max_num_batched_tokens = {budget} must be at least max_num_seqs = {seqs}")
-        need = int(context.get("input_len", 0)) + int(context.get("output_len", 0))
+        need = context.get("longest_request") or int(context.get("input_len", 0)) + int(context.get("output_len", 0))
         if max_len and need > int(max_len):
-            broken.append(f"max_model_len = {max_len} is shorter than the workload's requests "
-                          f"(input_len + output_len = {need})")
+            broken.append(f"max_model_len = {max_len} is shorter than the workload's longest request "
+                          f"({need} tokens, prompt and output)")
         return broken
 
     def classify_failure(self, log_tail: str, exit_code: int | None = None) -> tuple[str | None, str | None]:

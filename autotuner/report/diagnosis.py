@@ -115,7 +115,7 @@ def gpu_limit(level: Mapping[str, Any]) -> Limit | None:
 
 
 def _load(level: Mapping[str, Any]) -> float:
-    for key in ("max_concurrency", "request_rate"):
+    for key in ("max_concurrency", "request_rate", "speedup"):
         if level.get(key) is not None:
             return float(level[key])
     return math.inf
@@ -126,6 +126,8 @@ def load_text(level: Mapping[str, Any]) -> str:
         return f"concurrency {level['max_concurrency']:g}"
     if level.get("request_rate") is not None:
         return f"{level['request_rate']:g} req/s"
+    if level.get("speedup") is not None:
+        return f"trace at {level['speedup']:g}x"
     return "the measured load"
 
 

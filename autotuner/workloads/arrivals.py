@@ -1,13 +1,14 @@
 """When each request of a level is sent, as offsets in seconds from the level's start.
 
 - `poisson` (burstiness 1) and gamma (burstiness k: gaps from a gamma distribution of shape k and mean
-  1/rate; k < 1 burstier, k > 1 more even), then rescaled so the last arrival falls at n / rate: the
-  schedule offers exactly the rate it names, as `vllm bench serve` rescales its own. Unrescaled, seed 0
+  1/rate; k < 1 burstier, k > 1 more even), then rescaled so the last of n arrivals falls at n / rate:
+  the schedule offers exactly the rate it names. This is `vllm bench serve`'s own schedule (serve.py,
+  get_request: n gaps, the first before the first request, normalised to n / rate). Unrescaled, seed 0
   and 64 requests offered 0.857x the rate the level was called.
-- `constant`: one request every 1 / rate seconds.
-- `scaled`: a trace's own timestamps, replayed `speedup` times faster, from its first request.
+- `constant`: one request every 1 / rate seconds (vLLM's infinite burstiness), the first after one gap.
+- `scaled`: a trace's own timestamps, replayed `speedup` times faster, its first request at 0.
 
-The first request goes at 0. Pure: the same arguments give the same schedule.
+Pure: the same arguments give the same schedule.
 """
 
 from __future__ import annotations
@@ -27,20 +28,17 @@ def schedule(n: int, rate: float, *, seed: int = 0, pattern: Pattern = "poisson"
     if not rate > 0:
         raise ValueError(f"rate must be > 0, got {rate}")
     if pattern == "constant":
-        return [i / rate for i in range(n)]
+        return [(i + 1) / rate for i in range(n)]
     if not burstiness > 0:
         raise ValueError(f"burstiness must be > 0, got {burstiness}")
     rng = random.Random(seed)
-    offsets, t = [0.0], 0.0
-    for _ in range(n - 1):
+    offsets, t = [], 0.0
+    for _ in range(n):
         # Gamma of shape k and scale 1/(rate k): mean 1/rate; k = 1 is the exponential (Poisson arrivals).
         t += rng.gammavariate(burstiness, 1.0 / (rate * burstiness))
         offsets.append(t)
-    if t > 0:
-        # n arrivals at rate R span (n - 1) gaps of 1/R on average: stretch the draw to exactly that.
-        target = (n - 1) / rate
-        offsets = [o * target / t for o in offsets]
-    return offsets
+    # n arrivals at rate R take n / R seconds: stretch the draw to exactly that.
+    return [o * (n / rate) / t for o in offsets] if t > 0 else offsets
 
 
 def scaled(timestamps_s: Sequence[float], speedup: float = 1.0) -> list[float]:
@@ -54,7 +52,11 @@ def scaled(timestamps_s: Sequence[float], speedup: float = 1.0) -> list[float]:
 
 
 def offered_rate(offsets_s: Sequence[float]) -> float | None:
-    """Requests per second the schedule offers: (n - 1) gaps over its span (None: fewer than 2, or all at once)."""
-    if len(offsets_s) < 2 or offsets_s[-1] <= offsets_s[0]:
+    """Requests per second the schedule offers: its requests over the time to its last arrival, counting
+    the gap before the first where there is one (a rate's schedule) and one mean gap where the first is
+    at 0 (a trace's); None for fewer than 2 requests or all at once."""
+    n = len(offsets_s)
+    if n < 2 or offsets_s[-1] <= offsets_s[0]:
         return None
-    return (len(offsets_s) - 1) / (offsets_s[-1] - offsets_s[0])
+    span = offsets_s[-1] if offsets_s[0] > 0 else offsets_s[-1] * n / (n - 1)
+    return n / span

@@ -54,6 +54,7 @@ class Vocabulary:
 
     words: tuple[str, ...] = WORDS
     exact: bool = False
+    specials: int = 0  # tokens the server adds to every prompt it is sent (a BOS)
     source: str = "the built-in word list (about one token each; no tokenize endpoint was asked)"
 
     def __post_init__(self) -> None:
@@ -149,6 +150,8 @@ def render(specs: Sequence[RequestSpec], *, endpoint: str, model: str, vocab: Vo
                    for i, s in enumerate(specs))
     arrivals = [s.arrival_s for s in specs]
     timed = tuple(a for a in arrivals if a is not None)
-    return LevelPlan(path=ENDPOINT_PATHS[endpoint], bodies=bodies, input_tokens=tuple(s.input_tokens for s in specs),
+    extra = vocab.specials if endpoint == "completions" else 0  # a chat template adds tokens we do not count
+    asked = tuple(None if s.input_tokens is None else s.input_tokens + extra for s in specs)
+    return LevelPlan(path=ENDPOINT_PATHS[endpoint], bodies=bodies, input_tokens=asked,
                      arrivals_s=timed if specs and len(timed) == len(specs) else None,
                      exact=vocab.exact and endpoint == "completions", notes=tuple(notes))

@@ -1,6 +1,7 @@
 """Mooncake-format traces (as AIPerf reads them): one JSON object a line with `timestamp` (ms from the
 trace's start), `input_length` and `output_length` (tokens) and `hash_ids`, the ids of the prompt's
-blocks of `block_size` (512) tokens, the last one possibly shorter. Equal ids are equal tokens: requests
+blocks of `block_size` (512) tokens, the last one possibly shorter (fewer blocks than the prompt
+holds: the rest is tokens of its own, as AIPerf reads it). Equal ids are equal tokens: requests
 of one session, or behind one system prompt, share their leading ids, and so a prefix cache sees the
 trace's own reuse.
 
@@ -51,11 +52,17 @@ def _hash_ids(path: Path, line: int, obj: dict, input_length: int, block_size: i
     ids = obj["hash_ids"]
     if not isinstance(ids, list) or not all(isinstance(i, int) and not isinstance(i, bool) for i in ids):
         raise WorkloadFileError(path, f"expected a list of integers, got {str(ids)[:60]}", line=line, field="hash_ids")
-    blocks = math.ceil(input_length / block_size)
-    if ids and len(ids) != blocks:
-        raise WorkloadFileError(path, f"{len(ids)} blocks of {block_size} tokens do not hold input_length "
-                                      f"{input_length} (it needs {blocks})", line=line, field="hash_ids")
+    # As AIPerf reads them: fewer blocks than the prompt holds are full blocks and then tokens of its own;
+    # more must leave the last one between 1 and block_size tokens.
+    if len(ids) > math.ceil(input_length / block_size):
+        raise WorkloadFileError(path, f"{len(ids)} blocks of {block_size} tokens are more than input_length "
+                                      f"{input_length} fills", line=line, field="hash_ids")
     return tuple(ids)
+
+
+def block_lengths(input_length: int, blocks: int, block_size: int) -> list[int]:
+    """Each block's tokens: full blocks, the last one partial where the prompt ends inside it."""
+    return [min(block_size, input_length - block_size * k) for k in range(blocks)]
 
 
 def read_trace(path: Path, *, block_size: int = BLOCK_SIZE, start_s: float = 0.0, duration_s: float | None = None,
@@ -82,8 +89,7 @@ def read_trace(path: Path, *, block_size: int = BLOCK_SIZE, start_s: float = 0.0
             continue
         if limit is not None and len(kept) >= limit:
             continue
-        for k, block in enumerate(ids):
-            length = block_size if k < len(ids) - 1 else n_in - block_size * (len(ids) - 1)
+        for block, length in zip(ids, block_lengths(n_in, len(ids), block_size), strict=True):
             if block_len.setdefault(block, length) != length:
                 raise WorkloadFileError(path, f"block {block} is {length} tokens here but {block_len[block]} on an "
                                               "earlier line: equal ids must be equal tokens", line=line, field="hash_ids")
@@ -104,12 +110,11 @@ def trace_specs(trace: Trace, *, speedup: float | None = 1.0, count: int | None 
     specs = []
     for i in range(n):
         r = requests[i % len(requests)]
-        blocks = tuple((f"h{b}", trace.block_size if k < len(r.hash_ids) - 1
-                        else r.input_length - trace.block_size * (len(r.hash_ids) - 1))
-                       for k, b in enumerate(r.hash_ids))
+        blocks = tuple((f"h{b}", length) for b, length in
+                       zip(r.hash_ids, block_lengths(r.input_length, len(r.hash_ids), trace.block_size), strict=True))
         # a cycled request arrives one window later, so the schedule keeps its rate
         lap = (i // len(requests)) * (trace.window_span_s + (trace.window_span_s / max(len(requests) - 1, 1)))
         arrival = None if speedup is None else (r.timestamp_s - t0 + lap) / speedup
-        specs.append(RequestSpec(blocks=blocks, own_tokens=0 if blocks else r.input_length,
+        specs.append(RequestSpec(blocks=blocks, own_tokens=r.input_length - sum(n for _, n in blocks),
                                  output_tokens=r.output_length, arrival_s=arrival))
     return specs

@@ -56,7 +56,7 @@ def test_defaults_fill_what_the_file_leaves_out(tmp_path):
     (BASE + "workload: {endpoint: embeddings}\n", SPACE,
      "exp.yaml: field 'workload.endpoint': Input should be 'completions' or 'chat' (got 'embeddings')"),
     (BASE + "load: {max_concurrency: [4], request_rate: [1.0]}\n", SPACE,
-     "exp.yaml: field 'load': give exactly one of max_concurrency, request_rate or search"),
+     "exp.yaml: field 'load': give exactly one of max_concurrency, request_rate, speedup or search"),
     (BASE.replace("name: t\n", ""), SPACE, "exp.yaml: field 'name': Field required"),
     (BASE + "load: {max_concurrency: [0]}\n", SPACE, "exp.yaml: field 'load': load levels must be positive (got 0)"),
     (BASE, SPACE.replace("high: 8", "high: 0"),
@@ -70,7 +70,7 @@ def test_defaults_fill_what_the_file_leaves_out(tmp_path):
      "space.yaml: field 'engine': search space is for 'vllm' but"),
     (BASE + "study: {sampler: cmaes}\n", SPACE, "exp.yaml: field 'study.sampler': Input should be"),
     (BASE + "workload: {input_len: 64, shared_prefix_len: 64}\n", SPACE,
-     "exp.yaml: field 'workload': shared_prefix_len (64) must be below input_len (64): each prompt needs words "
+     "exp.yaml: field 'workload': shared_prefix_len (64) must be below input_len (64): each prompt needs tokens "
      "of its own"),
 ])
 def test_each_mistake_is_one_line_naming_file_and_field(tmp_path, experiment, space, expected):

@@ -44,7 +44,7 @@ def test_two_objectives_load_and_the_first_is_the_primary(tmp_path):
     (SLO + "load: {search: {request_rate: [1, 8], steps: 1}}\n",
      "field 'load.search.steps': Input should be greater than or equal to 2"),
     (SLO + "load: {search: {request_rate: [1, 8]}, max_concurrency: [4]}\n",
-     "field 'load': give exactly one of max_concurrency, request_rate or search"),
+     "field 'load': give exactly one of max_concurrency, request_rate, speedup or search"),
     (SLO + "load: {search: {request_rate: [1, 8], step: 3}}\n", "field 'load.search.step': unknown field"),
     ("objective: {metrics: [output_tok_per_s, ttft_ms_p99]}\n",
      "field 'objective': give one direction per metric in directions (2 metrics)"),

@@ -125,7 +125,7 @@ def ctx(**facts):
      "max_num_batched_tokens = 8192 must be at least max_model_len = 131072"),
     ({"max_num_batched_tokens": 256, "max_num_seqs": 512}, ctx(),
      "max_num_batched_tokens = 256 must be at least max_num_seqs = 512"),
-    ({"max_model_len": 128}, ctx(), "max_model_len = 128 is shorter than the workload's requests (input_len + output_len = 192)"),
+    ({"max_model_len": 128}, ctx(), "max_model_len = 128 is shorter than the workload's longest request (192 tokens, prompt and output)"),
 ])
 def test_each_rule_names_what_broke_it(vllm, params, context, rule):
     broken = vllm.infeasible(params, context)

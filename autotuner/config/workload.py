@@ -1,0 +1,183 @@
+"""The experiment's `workload:`: what the load generator sends, as a file says it.
+
+Synthetic by default (lengths in tokens, fixed or from a distribution, optional prefix groups), or a
+`dataset` (ShareGPT, JSONL of prompts) or a `trace` (Mooncake JSONL) named by path, relative to the
+experiment file. `source` reads the file (once per process: traces can be large) and gives the
+workloads package's `Source`; a bad file is a ConfigError naming file, line and field.
+"""
+
+from __future__ import annotations
+
+import functools
+from pathlib import Path
+from typing import Literal
+
+from pydantic import Field, model_validator
+
+from autotuner.config._base import ConfigError, _Strict
+from autotuner.workloads.dataset import Dataset, read_dataset
+from autotuner.workloads.errors import WorkloadFileError
+from autotuner.workloads.lengths import Lengths
+from autotuner.workloads.plan import Sampling
+from autotuner.workloads.source import DatasetSource, Source, SyntheticSource, TraceSource
+from autotuner.workloads.trace import BLOCK_SIZE, Trace, read_trace
+
+
+class LengthsConfig(_Strict):
+    """A length distribution in tokens: {dist: normal, mean: 360, stddev: 120, min: 16, max: 900}."""
+
+    dist: Literal["fixed", "uniform", "normal", "lognormal"] = Field(
+        "fixed", description="fixed (mean), uniform (min..max), normal (mean, stddev), lognormal (mean is the "
+                             "median, stddev that of the log, e.g. 0.6).")
+    mean: float | None = Field(None, ge=1, description="The value (fixed), the mean (normal), the median (lognormal).")
+    stddev: float = Field(0.0, ge=0)
+    min: int = Field(1, ge=1, description="Every draw is clamped to [min, max].")
+    max: int | None = Field(None, ge=1)
+
+    @model_validator(mode="after")
+    def _complete(self) -> LengthsConfig:
+        if self.dist == "uniform" and self.max is None:
+            raise ValueError("a uniform length needs min and max")
+        if self.dist != "uniform" and self.mean is None:
+            raise ValueError(f"a {self.dist} length needs mean")
+        if self.max is not None and self.max < self.min:
+            raise ValueError(f"max ({self.max}) must be >= min ({self.min})")
+        return self
+
+    def lengths(self) -> Lengths:
+        return Lengths(self.dist, mean=self.mean or self.min, stddev=self.stddev, min=self.min, max=self.max)
+
+
+def _lengths(value: int | LengthsConfig) -> Lengths:
+    return Lengths.fixed(value) if isinstance(value, int) else value.lengths()
+
+
+class SamplingConfig(_Strict):
+    temperature: float = Field(0.0, ge=0, description="Sent with every request (0: greedy).")
+    top_p: float | None = Field(None, gt=0, le=1, description="Sent when set.")
+    ignore_eos: bool = Field(True, description="Ask for exactly the output length (the server never stops "
+                                               "early); false lets the model end its answers.")
+
+
+class DatasetConfig(_Strict):
+    path: Path = Field(description="ShareGPT JSON (or JSONL) or JSONL of prompts, relative to the experiment file.")
+    format: Literal["sharegpt", "jsonl"] = Field(
+        description="sharegpt: conversations of from/value (first human turn, its answer's length); jsonl: "
+                    "prompt|text|texts|messages and optional output_tokens|output_length|max_tokens per line.")
+    max_output_len: int | None = Field(None, gt=0, description="Cap on a request's output tokens.")
+
+
+class TraceConfig(_Strict):
+    path: Path = Field(description="Mooncake-format JSONL (timestamp ms, input_length, output_length, hash_ids), "
+                                   "relative to the experiment file.")
+    format: Literal["mooncake"] = "mooncake"
+    block_size: int = Field(BLOCK_SIZE, gt=0, description="Tokens per hash_ids block.")
+    start_s: float = Field(0.0, ge=0, description="The window replayed starts this long after the trace's first request.")
+    duration_s: float | None = Field(None, gt=0, description="The window's length (default: to the end).")
+
+
+class WorkloadConfig(_Strict):
+    endpoint: Literal["completions", "chat"] = "completions"
+    num_prompts: int = Field(64, gt=0, description="Measured requests per load level (the most it sends; a "
+                                                   "trace: the window's requests, when not set).")
+    duration_s: float | None = Field(
+        None, gt=0, description="Bound each load level by time too: no request starts after this many seconds "
+                                "(those in flight finish). A level ends after num_prompts requests or about "
+                                "duration_s, whichever comes first; every config gets the same prompts in order.")
+    input_len: int | LengthsConfig = Field(
+        128, description="Prompt tokens: a number, or a distribution {dist, mean, stddev, min, max}.")
+    output_len: int | LengthsConfig = Field(
+        64, description="Generated tokens per request: a number or a distribution (a dataset: its default).")
+    warmup_requests: int = Field(4, ge=0, description="Unmeasured requests sent before each trial.")
+    request_timeout_s: float | None = Field(
+        None, gt=0, description="Seconds one request may take (unset: from each level's load and the rate the "
+                                "config just showed, and the SLO; see autotuner/core/timeouts.py).")
+    seed: int = Field(0, description="Seed of the prompts; the warm-up and each load level draw their own "
+                                     "prompts from it, the same in every trial, never one sent before.")
+    shared_prefix_len: int = Field(
+        0, ge=0, description="Tokens at the start of every prompt shared with others of its prefix group: "
+                             "prefix reuse on purpose, the same for every config (0: none).")
+    prefix_groups: int = Field(1, ge=1, description="Distinct shared prefixes (e.g. system prompts); each request "
+                                                    "draws one.")
+    sampling: SamplingConfig = SamplingConfig()
+    tokenize: bool = Field(True, description="Make prompts of words that are one token each on the served model "
+                                             "(asked of its tokenize endpoint), so lengths are exact in its tokens.")
+    dataset: DatasetConfig | None = Field(None, description="Prompts from a dataset file instead of synthetic ones.")
+    trace: TraceConfig | None = Field(None, description="Requests (lengths, shared blocks, times) from a trace file.")
+
+    @model_validator(mode="after")
+    def _consistent(self) -> WorkloadConfig:
+        if self.dataset and self.trace:
+            raise ValueError("give a dataset or a trace, not both")
+        if (self.dataset or self.trace) and (self.shared_prefix_len or self.prefix_groups > 1):
+            raise ValueError("shared_prefix_len and prefix_groups shape synthetic prompts: a dataset or trace "
+                             "brings its own")
+        if self.trace and {"input_len", "output_len"} & self.model_fields_set:
+            raise ValueError("a trace gives every request's lengths: input_len and output_len do not apply")
+        fixed = self.input_lengths.longest if self.input_lengths.kind == "fixed" else None
+        if self.shared_prefix_len and fixed is not None and self.shared_prefix_len >= fixed:
+            raise ValueError(f"shared_prefix_len ({self.shared_prefix_len}) must be below input_len ({fixed}): "
+                             "each prompt needs tokens of its own")
+        return self
+
+    @property
+    def input_lengths(self) -> Lengths:
+        return _lengths(self.input_len)
+
+    @property
+    def output_lengths(self) -> Lengths:
+        return _lengths(self.output_len)
+
+    @property
+    def sampling_params(self) -> Sampling:
+        return Sampling(self.sampling.temperature, self.sampling.top_p, self.sampling.ignore_eos)
+
+    @property
+    def kind(self) -> str:
+        return "dataset" if self.dataset else "trace" if self.trace else "synthetic"
+
+    def count(self, base: Path) -> int:
+        """Requests one level sends: num_prompts, or a trace window's requests when num_prompts was not set."""
+        if self.trace and "num_prompts" not in self.model_fields_set:
+            return len(self.read_trace(base).requests)
+        return self.num_prompts
+
+    def read_trace(self, base: Path) -> Trace:
+        assert self.trace is not None
+        t = self.trace
+        limit = self.num_prompts if "num_prompts" in self.model_fields_set else None
+        return _read_trace((base / t.path).resolve(), t.block_size, t.start_s, t.duration_s, limit)
+
+    def read_dataset(self, base: Path, levels: int) -> Dataset:
+        assert self.dataset is not None
+        # the warm-up's and every level's own prompts (twice: a level may be measured again), no more
+        return _read_dataset((base / self.dataset.path).resolve(), self.dataset.format,
+                             self.warmup_requests + 2 * levels * self.num_prompts)
+
+    def source(self, base: Path, levels: int) -> Source:
+        """The workload's requests (`base`: the experiment file's folder; `levels`: the most a trial measures)."""
+        if self.trace:
+            return TraceSource(self.read_trace(base))
+        if self.dataset:
+            return DatasetSource(self.read_dataset(base, levels), default_output=self.output_lengths.longest or 64,
+                                 warmup=self.warmup_requests, max_output=self.dataset.max_output_len)
+        return SyntheticSource(self.input_lengths, self.output_lengths, self.shared_prefix_len, self.prefix_groups,
+                               self.seed)
+
+    def check_file(self, base: Path, levels: int) -> None:
+        """Read the workload file now, so a bad one is a ConfigError before anything starts."""
+        try:
+            self.source(base, levels)
+        except WorkloadFileError as e:
+            field = "workload.trace.path" if self.trace else "workload.dataset.path"
+            raise ConfigError(f"{e} (from {field})") from None
+
+
+@functools.lru_cache(maxsize=4)
+def _read_trace(path: Path, block_size: int, start_s: float, duration_s: float | None, limit: int | None) -> Trace:
+    return read_trace(path, block_size=block_size, start_s=start_s, duration_s=duration_s, limit=limit)
+
+
+@functools.lru_cache(maxsize=4)
+def _read_dataset(path: Path, fmt: str, limit: int) -> Dataset:
+    return read_dataset(path, fmt, limit=limit)  # type: ignore[arg-type]

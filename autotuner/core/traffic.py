@@ -1,0 +1,85 @@
+"""A trial's traffic: the warm-up's and each load level's requests, in the served model's tokens.
+
+`Traffic` holds the experiment's workload source (workloads/source.py) and, once a server of the
+model is up, what only the server knows: the words that are one token each on its tokenizer (so a
+prompt of N words is N tokens), and a dataset's lengths in its tokens. Those are asked once per
+process (every config serves the same model) and the same requests go to every config. Without a
+tokenize endpoint, prompts fall back to the built-in words and each plan says lengths are approximate.
+"""
+
+from __future__ import annotations
+
+import statistics
+from dataclasses import replace
+
+from autotuner.bench.tokenize import TokenizeEndpoint, count_tokens, one_token_words, special_tokens
+from autotuner.config.workload import WorkloadConfig
+from autotuner.workloads.plan import BUILTIN, LevelPlan, Vocabulary, render
+from autotuner.workloads.source import DatasetSource, Source
+
+
+def stream(step: int, again: bool = False) -> str:
+    """The name of level `step`'s requests (its second measurement has its own)."""
+    return f"level-{step}-again" if again else f"level-{step}"
+
+
+class Traffic:
+    def __init__(self, workload: WorkloadConfig, source: Source, count: int, tokenize: TokenizeEndpoint | None):
+        self.workload, self.source, self.count = workload, source, count
+        self.tokenize = tokenize if workload.tokenize else None
+        self.vocab: Vocabulary | None = None
+        self.notes: list[str] = []
+
+    async def prepare(self, base_url: str, model: str, levels: int) -> list[str]:
+        """Ask the server what the plans need (once); the notes say what was found, for the progress."""
+        if self.vocab is not None:
+            return []
+        self.vocab = BUILTIN
+        notes = []
+        if self.tokenize is None:
+            notes.append("prompts from the built-in words: lengths are close to the tokens asked for, not exact "
+                         + ("(workload.tokenize is off)" if not self.workload.tokenize
+                            else "(the engine has no tokenize endpoint)"))
+        else:
+            words = await one_token_words(base_url, self.tokenize, model, BUILTIN.words)
+            if words is None:
+                notes.append(f"the server's tokenize endpoint ({self.tokenize.path}) did not give one-token words: "
+                             "prompt lengths are close, not exact")
+            else:
+                self.vocab = Vocabulary(words, exact=True, specials=await special_tokens(base_url, self.tokenize, model),
+                                        source=f"{len(words)} words of one token each on the served model")
+        if isinstance(self.source, DatasetSource) and self.tokenize is not None:
+            texts = [t for e in self.source.dataset.entries for t in (e.prompt, e.answer) if t is not None]
+            counts = await count_tokens(base_url, self.tokenize, model, texts)
+            if counts is None:
+                notes.append("the dataset's lengths could not be counted in the model's tokens: outputs without a "
+                             "length in the file are workload.output_len")
+            else:
+                self.source.token_counts.update(counts)
+        for step in range(levels):
+            if isinstance(self.source, DatasetSource) and self.source.wraps(stream(step), self.count):
+                notes.append(f"the dataset has {len(self.source.dataset.entries)} prompts: level {step + 1} sends some "
+                             "again (a server's prefix cache may serve them)")
+                break
+        self.notes = notes
+        return notes
+
+    def _render(self, name: str, n: int, model: str) -> LevelPlan:
+        w = self.workload
+        vocab = self.vocab or BUILTIN
+        plan = render(self.source.specs(name, n), endpoint=w.endpoint, model=model, vocab=vocab,
+                      sampling=w.sampling_params, salt=f"{w.seed}/{name}")
+        # a dataset's prompts are its own text: exact only where the server counted them
+        exact = plan.exact and (not isinstance(self.source, DatasetSource) or plan.requested_input_tokens is not None)
+        return replace(plan, exact=exact)
+
+    def warmup(self, model: str) -> LevelPlan | None:
+        n = self.workload.warmup_requests
+        return self._render("warmup", n, model) if n else None
+
+    def level(self, step: int, model: str, again: bool = False) -> LevelPlan:
+        return self._render(stream(step, again), self.count, model)
+
+    def mean_output_len(self) -> float:
+        """The mean output length of a level's requests (what a request's timeout follows)."""
+        return statistics.fmean(s.output_tokens for s in self.source.specs(stream(0), self.count))
