@@ -2,7 +2,7 @@
 # Set up everything autotuner needs on this machine, idempotently; each step is skipped when done.
 #   1. this checkout's Python venv (.venv) on dependencies cached per dependency list (scripts/setup-python.sh)
 #   2. llama.cpp's llama-server, built once per version into the user cache
-#   3. the quickstart's random-weight model (models/quickstart.gguf)
+#   3. the quickstart's random-weight model (models/quickstart.gguf) and sample workload files (workloads/)
 # Prints one line per step.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -24,3 +24,4 @@ if [ ! -f models/quickstart.gguf ]; then
 else
   say "3/3 quickstart model present: models/quickstart.gguf"
 fi
+.venv/bin/python -m autotuner.workloads.samples workloads >/dev/null  # a second or less; same bytes each time

@@ -563,10 +563,14 @@ def _read_yaml(path: Path) -> Any:
 
 def _one_line(path: Path, err: ValidationError, model: type[BaseModel]) -> ConfigError:
     """The first pydantic error as `file: field 'a.b': message (got X)`."""
-    first = err.errors(include_url=False)[0]
+    errors = err.errors(include_url=False)
+    first = errors[0]
+    # A union (a number or a mapping) reports each branch: for a mapping, the mapping's own error says more.
+    if first["type"] in ("int_type", "int_parsing", "float_type", "float_parsing") and isinstance(first["input"], dict):
+        first = next((e for e in errors[1:] if e["loc"][:len(first["loc"]) - 1] == first["loc"][:-1]), first)
     # Discriminated unions put the tag into the location; users never wrote it, so drop it.
-    tags = {"int", "float", "categorical", "bool"}
-    loc = [str(p) for p in first["loc"] if not (isinstance(p, str) and p in tags)]
+    tags = {"int", "float", "categorical", "bool", "LengthsConfig"}
+    loc = [str(p) for p in first["loc"] if not (isinstance(p, str) and (p in tags or p.startswith("function-")))]
     if loc[:1] == ["advisors"] and len(loc) > 2:  # an advisor entry's tag: "name", or "llm" (then written twice)
         loc = loc[:2] + loc[3:]
     field = ".".join(loc) or "(top level)"
@@ -611,4 +615,5 @@ def load_experiment(path: Path | str) -> Experiment:
             f"{space_path}: field 'engine': search space is for '{space.engine}' but {path} uses '{cfg.engine}'"
         )
     model_path = (base / cfg.model.path).resolve()
+    cfg.workload.check_file(base, cfg.load.max_steps)
     return Experiment(source=path, config=cfg, space=space, model_path=model_path, space_path=space_path)

@@ -146,12 +146,14 @@ class WorkloadConfig(_Strict):
         assert self.trace is not None
         t = self.trace
         limit = self.num_prompts if "num_prompts" in self.model_fields_set else None
-        return _read_trace((base / t.path).resolve(), t.block_size, t.start_s, t.duration_s, limit)
+        path = (base / t.path).resolve()
+        return _read_trace(path, _version(path), t.block_size, t.start_s, t.duration_s, limit)
 
     def read_dataset(self, base: Path, levels: int) -> Dataset:
         assert self.dataset is not None
         # the warm-up's and every level's own prompts (twice: a level may be measured again), no more
-        return _read_dataset((base / self.dataset.path).resolve(), self.dataset.format,
+        path = (base / self.dataset.path).resolve()
+        return _read_dataset(path, _version(path), self.dataset.format,
                              self.warmup_requests + 2 * levels * self.num_prompts)
 
     def source(self, base: Path, levels: int) -> Source:
@@ -173,11 +175,19 @@ class WorkloadConfig(_Strict):
             raise ConfigError(f"{e} (from {field})") from None
 
 
+def _version(path: Path) -> int:
+    """The file's modification time: a file changed since it was read is read again."""
+    try:
+        return path.stat().st_mtime_ns
+    except OSError:
+        return 0  # missing or unreadable: the reader names the error
+
+
 @functools.lru_cache(maxsize=4)
-def _read_trace(path: Path, block_size: int, start_s: float, duration_s: float | None, limit: int | None) -> Trace:
+def _read_trace(path: Path, version: int, block_size: int, start_s: float, duration_s: float | None, limit: int | None) -> Trace:
     return read_trace(path, block_size=block_size, start_s=start_s, duration_s=duration_s, limit=limit)
 
 
 @functools.lru_cache(maxsize=4)
-def _read_dataset(path: Path, fmt: str, limit: int) -> Dataset:
+def _read_dataset(path: Path, version: int, fmt: str, limit: int) -> Dataset:
     return read_dataset(path, fmt, limit=limit)  # type: ignore[arg-type]

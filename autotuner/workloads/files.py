@@ -11,9 +11,9 @@ from typing import Any
 from autotuner.workloads.errors import WorkloadFileError
 
 
-def _open(path: Path) -> Any:
+def _open(path: Path, mode: str = "r") -> Any:
     try:
-        return path.open(encoding="utf-8")
+        return path.open(mode, **({} if "b" in mode else {"encoding": "utf-8"}))
     except FileNotFoundError:
         raise WorkloadFileError(path, "file not found") from None
     except IsADirectoryError:
@@ -25,23 +25,22 @@ def _open(path: Path) -> Any:
 def json_lines(path: Path) -> Iterator[tuple[int, dict[str, Any]]]:
     """(line number, object) for each non-blank line; streams, so a large file costs no memory."""
     seen = False
-    with _open(path) as f:
-        line_no = 0
-        try:
-            for line_no, line in enumerate(f, 1):  # noqa: B007  # line_no is read after the loop too
-                if not line.strip():
-                    continue
-                try:
-                    obj = json.loads(line)
-                except json.JSONDecodeError as e:
-                    raise WorkloadFileError(path, f"not JSON ({e.msg} at column {e.colno})", line=line_no) from None
-                if not isinstance(obj, dict):
-                    raise WorkloadFileError(path, f"expected a JSON object, got {type(obj).__name__}", line=line_no)
-                seen = True
-                yield line_no, obj
-        except UnicodeDecodeError as e:
-            raise WorkloadFileError(path, f"not UTF-8 text (byte 0x{e.object[e.start]:02x})",
-                                    line=line_no + 1) from None
+    with _open(path, "rb") as f:  # bytes, decoded a line at a time: a bad byte is named at its own line
+        for line_no, raw in enumerate(f, 1):
+            try:
+                line = raw.decode("utf-8")
+            except UnicodeDecodeError as e:
+                raise WorkloadFileError(path, f"not UTF-8 text (byte 0x{raw[e.start]:02x})", line=line_no) from None
+            if not line.strip():
+                continue
+            try:
+                obj = json.loads(line)
+            except json.JSONDecodeError as e:
+                raise WorkloadFileError(path, f"not JSON ({e.msg} at column {e.colno})", line=line_no) from None
+            if not isinstance(obj, dict):
+                raise WorkloadFileError(path, f"expected a JSON object, got {type(obj).__name__}", line=line_no)
+            seen = True
+            yield line_no, obj
     if not seen:
         raise WorkloadFileError(path, "empty: no request in it")
 

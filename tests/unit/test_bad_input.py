@@ -97,6 +97,20 @@ CASES = {
     "kernels-unknown-field": (EXP + "kernels: {gpus: 8}\n", SPACE, "{exp}: field 'kernels.gpus': unknown field"),
     "kernels-zero-batch": (EXP + "kernels: {batch_sizes: [0]}\n", SPACE,
                            "{exp}: field 'kernels.batch_sizes.0': Input should be greater than 0 (got 0)"),
+    "length-without-mean": (EXP + "workload: {input_len: {dist: normal}}\n", SPACE,
+                            "{exp}: field 'workload.input_len': a normal length needs mean"),
+    "length-unknown-dist": (EXP + "workload: {output_len: {dist: gauss, mean: 5}}\n", SPACE,
+                            "{exp}: field 'workload.output_len.dist': Input should be 'fixed', 'uniform', 'normal' or "
+                            "'lognormal' (got 'gauss')"),
+    "trace-missing": (EXP + "workload: {trace: {path: t.jsonl}}\n", SPACE,
+                      "{dir}/t.jsonl: file not found (from workload.trace.path)"),
+    "dataset-and-trace": (EXP + "workload: {dataset: {path: a.json, format: sharegpt}, trace: {path: t.jsonl}}\n",
+                          SPACE, "{exp}: field 'workload': give a dataset or a trace, not both"),
+    "dataset-format": (EXP + "workload: {dataset: {path: a.json, format: csv}}\n", SPACE,
+                       "{exp}: field 'workload.dataset.format': Input should be 'sharegpt' or 'jsonl' (got 'csv')"),
+    "speedup-without-trace": (EXP + "load: {speedup: [1, 2]}\n", SPACE,
+                              "{exp}: field 'load.speedup': a speed-up replays a trace's own timestamps: set "
+                              "workload.trace, or use max_concurrency or request_rate levels"),
     "space-unknown-engine-param": (EXP, SPACE + "  n_gpu_layers: {type: int, low: 0, high: 99}\n",
                                    "{space}: field 'params': 'n_gpu_layers' is not a llamacpp param (known: batch_size, cache_reuse, cache_type_k, cache_type_v, cont_batching, ctx_size, flash_attn, kv_unified, load_mode, parallel, rope_freq_base, threads, threads_batch, ubatch_size)"),
     "space-value-engine-rejects": (EXP, SPACE.replace("['on', 'off']", "['on', 'yes']"),
@@ -139,3 +153,19 @@ def test_the_gp_sampler_without_pytorch_is_refused_before_the_study_starts(tmp_p
     monkeypatch.chdir(tmp_path)
     with pytest.raises(ConfigError, match=r"exp.yaml: field 'study.sampler': gp needs PyTorch, which is not installed"):
         preflight.check(load_experiment(tmp_path / "exp.yaml"))
+
+
+@pytest.mark.parametrize("text, expected", [
+    ('{"timestamp": 0, "input_length": 8, "output_length": 4}\n{"timestamp": 0, "input_length": 8}\n',
+     "t.jsonl: line 2: field 'output_length': missing (from workload.trace.path)"),
+    ("", "t.jsonl: empty: no request in it (from workload.trace.path)"),
+])
+def test_a_bad_trace_line_is_one_line_before_anything_starts(tmp_path, monkeypatch, text, expected):
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "exp.yaml").write_text(EXP + "workload: {trace: {path: t.jsonl}}\nload: {speedup: [1]}\n")
+    (tmp_path / "s.yaml").write_text(SPACE)
+    (tmp_path / "m.gguf").write_bytes(b"")
+    (tmp_path / "t.jsonl").write_text(text)
+    with pytest.raises(ConfigError) as err:
+        load_experiment(tmp_path / "exp.yaml")
+    assert str(err.value) == f"{tmp_path}/{expected}"

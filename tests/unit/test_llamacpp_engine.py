@@ -65,3 +65,30 @@ def test_failure_classes_from_the_server_log():
 def test_unknown_engine_lists_the_known_ones():
     with pytest.raises(EngineError, match=r"unknown engine 'tgi' \(engines: llamacpp"):
         get_engine("tgi")
+
+
+@pytest.mark.parametrize("params, context, rule", [
+    # split KV: each of 16 slots gets 4096 / 16 = 256 tokens, and the longest request needs 870
+    ({"parallel": 16, "ctx_size": 4096}, {"longest_request": 870, "mean_request": 420},
+     "ctx_size 4096 split over 16 slots is 256 tokens a slot, below the workload's longest request (870 tokens"),
+    # one unified buffer: holds the longest, but not 16 busy slots of 420 tokens
+    ({"parallel": 16, "ctx_size": 4096, "kv_unified": True}, {"longest_request": 870, "mean_request": 420},
+     "the unified KV buffer (ctx_size 4096) is below 16 busy slots x the workload's mean request (420 tokens)"),
+    ({"parallel": 4, "ctx_size": 512, "kv_unified": True}, {"longest_request": 870, "mean_request": 100},
+     "the unified KV buffer (ctx_size 512) is below the workload's longest request (870 tokens)"),
+])
+def test_a_context_that_cannot_hold_the_workload_is_infeasible(params, context, rule):
+    broken = get_engine("llamacpp").infeasible(params, context)
+    assert any(rule in b for b in broken), broken
+
+
+@pytest.mark.parametrize("params, context", [
+    ({"parallel": 4, "ctx_size": 4096}, {"longest_request": 870, "mean_request": 420}),  # 1024 a slot
+    # the load keeps only 4 slots busy: 4 x 420 fits a 4096 buffer
+    ({"parallel": 16, "ctx_size": 4096, "kv_unified": True},
+     {"longest_request": 870, "mean_request": 420, "max_concurrency": 4}),
+    ({"parallel": 16, "ctx_size": 0}, {"longest_request": 870}),  # the model's own context: not ours to judge
+    ({"parallel": 16, "ctx_size": 4096}, {}),  # lengths unknown (a dataset before its first launch)
+])
+def test_a_context_that_holds_the_workload_is_launchable(params, context):
+    assert get_engine("llamacpp").infeasible(params, context) == []
