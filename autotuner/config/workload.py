@@ -136,6 +136,22 @@ class WorkloadConfig(_Strict):
     def kind(self) -> str:
         return "dataset" if self.dataset else "trace" if self.trace else "synthetic"
 
+    def describe(self) -> str:
+        """One line: where the requests come from and how they are sent."""
+        s = self.sampling
+        how = (f"{self.endpoint}, temperature {s.temperature:g}" + (f", top_p {s.top_p:g}" if s.top_p else "")
+               + (", exact output lengths (ignore_eos)" if s.ignore_eos else ", the model may stop early"))
+        if self.trace:
+            t = self.trace
+            window = (f", from {t.start_s:g} s" if t.start_s else "") + (f", {t.duration_s:g} s of it" if t.duration_s else "")
+            return f"trace {t.path} ({t.format}, {t.block_size}-token blocks{window}); {how}"
+        if self.dataset:
+            return f"dataset {self.dataset.path} ({self.dataset.format}), {self.num_prompts} requests a level; {how}"
+        prefix = (f", a shared prefix of {self.shared_prefix_len} tokens in {self.prefix_groups} group(s)"
+                  if self.shared_prefix_len else "")
+        return (f"synthetic, {self.num_prompts} requests a level, prompts of {self.input_lengths.describe()} tokens, "
+                f"outputs of {self.output_lengths.describe()} tokens{prefix}; {how}")
+
     def count(self, base: Path) -> int:
         """Requests one level sends: num_prompts, or a trace window's requests when num_prompts was not set."""
         if self.trace and "num_prompts" not in self.model_fields_set:

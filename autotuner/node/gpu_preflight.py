@@ -32,7 +32,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from autotuner.launchers._base import gpu_env
-from autotuner.node.gpu_topology import Topology, describe, parse_topo_matrix
+from autotuner.node.gpu_topology import Topology, describe, parse_topo_matrix, plain
 
 PROBE_TIMEOUT_S = 180.0
 BANDWIDTH_MIB = 64  # per copy, five copies per pair: about a second for 8 GPUs on PCIe
@@ -181,7 +181,7 @@ def parse_cuda_probe(output: str) -> CudaProbe:
 def parse_p2p_matrix(text: str) -> dict[tuple[int, int], str]:
     """`nvidia-smi topo -p2p r` (or rw, w, n, a): status per ordered pair of GPUs (OK, CNS, GNS, TNS, NS,
     DR, U)."""
-    lines = [line for line in text.splitlines() if line.strip()]
+    lines = [line for line in plain(text).splitlines() if line.strip()]
     header = next((i for i, line in enumerate(lines) if re.match(r"^\s*GPU0\b", line)), None)
     if header is None:
         return {}

@@ -43,10 +43,19 @@ class Topology:
         return self.links.get(frozenset((a, b)), "?")
 
 
+_ANSI = re.compile(r"\x1b\[[0-9;]*m")
+
+
+def plain(text: str) -> str:
+    """`nvidia-smi` output without terminal escapes: driver 580 underlines the matrix header with them
+    even when piped (`\x1b[4mGPU0\tCPU Affinity...\x1b[0m`, read on an H200)."""
+    return _ANSI.sub("", text)
+
+
 def parse_topo_matrix(text: str) -> Topology | None:
     """The matrix of `nvidia-smi topo -m` (tabs or spaces, with or without NIC columns and legend);
     None when the text holds no GPU matrix."""
-    lines = [line for line in text.splitlines() if line.strip()]
+    lines = [line for line in plain(text).splitlines() if line.strip()]
     header_i = next((i for i, line in enumerate(lines) if re.match(r"^\s*GPU0\b", line)), None)
     if header_i is None:
         return None
@@ -136,7 +145,9 @@ def describe(topo: Topology) -> str:
     """One line for the report: the links seen and the NUMA nodes, e.g. "NV18 between all 8 GPUs;
     NUMA node 0: GPU 0-3, node 1: GPU 4-7"."""
     kinds = sorted({topo.link(a, b) for a, b in itertools.combinations(topo.gpus, 2)}, key=link_rank)
-    if len(kinds) == 1:
+    if not kinds:
+        links = f"one GPU ({topo.gpus[0]})" if topo.gpus else "no GPU"
+    elif len(kinds) == 1:
         links = f"{kinds[0]} between all {len(topo.gpus)} GPUs"
     else:
         links = "links " + ", ".join(f"{k} ({_pairs(topo, k)})" for k in kinds)

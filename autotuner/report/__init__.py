@@ -474,6 +474,8 @@ def to_markdown(s: StudySummary, engine: Engine | None = None, command: str | No
         topo = (s.environment.get("host") or {}).get("gpu_topology")
         if topo:
             out += ["GPU topology (`nvidia-smi topo -m`):", "", "```", topo, "```", ""]
+    if shape := s.settings.get("workload_shape"):
+        out += ["## The workload every trial was measured on", "", "```", *shape, "```", ""]
     out += ["## What was tried", ""]
     counts = ", ".join(f"{n} {k.lower()}" for k, n in sorted(s.counts.items())) or "none"
     out.append(f"{s.n_trials} trial(s): {counts}.")

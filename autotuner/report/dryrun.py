@@ -27,8 +27,9 @@ from autotuner.core.launch import planned
 from autotuner.core.load_search import load_kind
 from autotuner.core.study import make_sampler, startup_trials
 from autotuner.engines._base import Engine, value_text
-from autotuner.engines.model_facts import feasibility_context
+from autotuner.engines.model_facts import feasibility_context, workload_shape
 from autotuner.launchers._base import env_words, gpu_env
+from autotuner.workloads.source import shape_lines
 
 DRY_RUN_PORT = 8000
 
@@ -37,7 +38,8 @@ def dry_run(exp: Experiment, engine: Engine, n: int, echo: Callable[[str], None]
     """Print the first `n` sampled configs of `exp`; returns how many of them were infeasible."""
     cfg = exp.config
     space = SearchSpace(exp.space)
-    facts = feasibility_context(exp)
+    source = cfg.workload.source(exp.source.parent, cfg.load.max_steps)
+    facts = feasibility_context(exp, source)
     known = [k for k in ("num_attention_heads", "num_key_value_heads", "num_hidden_layers", "num_experts")
              if k in facts]
     echo(f"# dry run of {exp.source}: engine {cfg.engine}, launcher {cfg.launcher}, {cfg.hardware.gpus} GPU(s); "
@@ -46,6 +48,9 @@ def dry_run(exp: Experiment, engine: Engine, n: int, echo: Callable[[str], None]
         echo("# model facts from config.json: " + ", ".join(f"{k}={facts[k]}" for k in known))
     else:
         echo(f"# no config.json at {exp.model_path}: rules on heads, layers and experts are not checked")
+    echo(f"# workload: {cfg.workload.describe()}")
+    for line in shape_lines(workload_shape(exp, source)):
+        echo(f"#   {line}")
     for entry in cfg.advisors:
         if not isinstance(entry, str):  # a language model: asked during the study, never by a dry run
             echo(f"# advisor llm: {entry.llm.model} at {entry.llm.base_url} ({entry.llm.api}), asked whenever the "

@@ -30,9 +30,18 @@ from autotuner.core import launch
 from autotuner.core.callbacks import Series, StudyCallback
 from autotuner.core.study import best_trial, primary_value
 from autotuner.engines._base import Engine
+from autotuner.engines.model_facts import workload_shape
 from autotuner.report import export, plots
 from autotuner.tracking import MlflowTracker
 from autotuner.util.secrets import Redactor
+from autotuner.workloads.source import shape_lines
+
+
+def workload_lines(exp: Experiment) -> list[str]:
+    """The workload's shape (workloads.source.shape_lines) of the requests every trial sends."""
+    w = exp.config.workload
+    source = w.source(exp.source.parent, exp.config.load.max_steps)
+    return shape_lines(workload_shape(exp, source))
 
 
 def settings(exp: Experiment) -> dict[str, Any]:
@@ -41,8 +50,8 @@ def settings(exp: Experiment) -> dict[str, Any]:
     w = c.workload
     return {
         "model": f"{c.model.name} ({exp.model_path})",
-        "workload": f"{w.num_prompts} requests per level, {w.input_len} words in, {w.output_len} tokens out "
-                    f"({w.endpoint}), {w.warmup_requests} warm-up",
+        "workload": f"{w.describe()}, {w.warmup_requests} warm-up",
+        "workload_shape": workload_lines(exp),
         "load": c.load.describe(),
         "objective": c.objective.describe()
                      + (" (a Pareto front; every metric at the level the first picks)" if c.objective.multi

@@ -80,7 +80,7 @@ def prefix_reuse(specs: Sequence[RequestSpec]) -> float:
 def describe_lengths(values: Sequence[int]) -> str:
     if not values:
         return "unknown until the server's tokenizer counts them"
-    q = statistics.quantiles(values, n=100) if len(values) > 1 else [values[0]] * 99
+    q = statistics.quantiles(values, n=100, method="inclusive") if len(values) > 1 else [values[0]] * 99
     return (f"mean {statistics.fmean(values):.0f}, p50 {q[49]:.0f}, p90 {q[89]:.0f}, p99 {q[98]:.0f}, "
             f"max {max(values)}")
 
@@ -97,6 +97,23 @@ def histogram(values: Sequence[int], bins: int = 8, width: int = 30) -> list[str
     top = max(counts)
     return [f"  {low + k * step:>6}-{low + (k + 1) * step - 1:<6} | {'#' * max(1 if c else 0, round(width * c / top))} {c}"
             for k, c in enumerate(counts) if c or k < bins]
+
+
+def shape_lines(shape: Shape, histogram_bins: int = 6) -> list[str]:
+    """What the workload's requests are, for a person: lengths, reuse, rate, and a prompt-length histogram."""
+    lines = [f"prompt tokens: {describe_lengths(shape.input_tokens)}",
+             f"output tokens: {describe_lengths(shape.output_tokens)}",
+             f"prefix reuse: {shape.prefix_reuse:.0%} of prompt tokens are a prefix an earlier request of the level "
+             "sent (what a prefix cache can serve)"]
+    if shape.longest_request is not None:
+        lines.append(f"longest request: {shape.longest_request} tokens, prompt and output (what a slot's context "
+                     "must hold)")
+    if shape.offered_rate is not None:
+        lines.append(f"arrivals: {shape.offered_rate:.2f} requests/s on the trace's own schedule (at 1x)")
+    lines += [*shape.notes]
+    if shape.input_tokens:
+        lines += ["prompt tokens, histogram:", *histogram(list(shape.input_tokens), bins=histogram_bins)]
+    return lines
 
 
 class Source(Protocol):

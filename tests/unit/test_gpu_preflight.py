@@ -168,3 +168,21 @@ def test_a_process_study_on_a_machine_without_nvidia_smi_stops_with_one_clear_sc
         _gpu_preflight(gpu_experiment("process"), None, None, None)
     assert "GPU preflight (on this host) failed" in str(stopped.value)
     assert "nvidia-smi sees no GPU" in str(stopped.value)
+
+
+def test_one_h200_as_recorded_passes_and_says_so():
+    # The four probes' outputs on a one-GPU H200 (driver 580.159.04, CUDA 13.0, torch 2.11), as the
+    # preflight ran them there; the topology and P2P headers carry terminal escapes.
+    p2p = (DATA / "topo-p2p-r-1x-h200.txt").read_text()
+    assert gp.parse_p2p_matrix(p2p) == {}  # one GPU: no pair
+    verdict = gp.check(fake_machine({
+        "gpus": (0, "0, NVIDIA H200, 580.159.04, 143771 MiB\n"),
+        "topology": (0, (DATA / "topo-m-1x-h200.txt").read_text()),
+        "p2p": (0, p2p),
+        "cuda": (0, (DATA / "preflight-cuda-1x-h200.txt").read_text())}, []), gpus_needed=1)
+    assert verdict.problems == []
+    assert verdict.topology is not None and verdict.topology.gpus == (0,)
+    assert "CUDA started on 1 GPU(s)" in "\n".join(verdict.facts)
+    assert gp.check(fake_machine({"gpus": (0, "0, NVIDIA H200, 580.159.04, 143771 MiB\n"),
+                                  "topology": (0, ""), "p2p": (0, p2p),
+                                  "cuda": (0, "CUDA_DEVICES 1\nCUDA_OK 0 NVIDIA H200\n")}, []), gpus_needed=2).problems

@@ -205,3 +205,19 @@ esac
         assert (len(sampler.marks), len(sampler.nvlink_reads)) == (1, 1) and sampler.level_metrics(0) == m
     finally:
         sampler.stop()
+
+
+def test_an_h200_under_bf16_matrix_products_reads_as_power_bound():
+    # Recorded on a one-GPU H200 (driver 580.159.04): 4 s idle, 10 s of 8192^3 bf16 products (655 TFLOP/s),
+    # then idle, sampled by `dmon -s pucvmt` once a second; its limits as `--query-gpu` gave them.
+    samples = parse_dmon((GPU_DATA / "dmon-pucvmt-1x-h200-levels.txt").read_text())
+    limits = parse_limits((GPU_DATA / "query-gpu-limits-1x-h200.csv").read_text())
+    assert len(samples) == 20 and limits[0].power_limit_w == 700.0
+    loaded = [s for s in samples if s.values["pwr"] > 600]
+    idle = [s for s in samples if s.values["pwr"] < 200]
+    assert len(loaded) >= 8 and len(idle) >= 8
+    m = summarize(loaded, limits)
+    assert m["gpu_power_frac_mean"] > 0.95 and m["gpu_sm_util_mean"] > 90
+    limit = gpu_limit(m)
+    assert limit is not None and limit.kind == "power", m
+    assert gpu_limit(summarize(idle, limits)) is None

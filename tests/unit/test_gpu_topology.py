@@ -117,3 +117,14 @@ def test_the_report_states_how_the_pool_packed():
 
 def test_describe_names_each_link_kind_once():
     assert describe(recorded(PHB)) == "PHB between all 4 GPUs; NUMA node 0: GPU 0-3"
+
+
+def test_one_h200_as_driver_580_prints_it_with_terminal_escapes():
+    # Recorded on a one-GPU H200 (driver 580.159.04): the header is underlined with ANSI escapes even
+    # through a pipe, and the matrix has one cell. Before: no GPU matrix found, no topology for the pool.
+    text = (DATA / "topo-m-1x-h200.txt").read_text()
+    assert "\x1b[4m" in text
+    topo = parse_topo_matrix(text)
+    assert topo is not None and topo.gpus == (0,) and topo.links == {} and topo.numa == {0: 0}
+    assert describe(topo) == "one GPU (0); NUMA node 0: GPU 0"
+    assert with_topology(Pool.of_gpus((0,)), text).topology == topo
