@@ -51,6 +51,9 @@ env: {{VLLM_CPU_KVCACHE_SPACE: "1", HF_HUB_OFFLINE: "1", TRANSFORMERS_OFFLINE: "
     assert trial.user_attrs["failure_class"] is None, trial.user_attrs["failure_reason"]
     levels = trial.user_attrs["levels"]
     assert len(levels) == 3 and all(level["completed"] == 16 for level in levels)
+    # Prompts exact in vLLM's tokens: the words found through its /tokenize count one token each.
+    assert all(level["prompt_tokens_exact"] == 1.0 for level in levels), levels
+    assert all(abs(level["prompt_tokens_measured_ratio"] - 1) < 0.01 for level in levels), levels
     # Every prompt token of the level was looked up (usage counts what vLLM reports as prompt tokens).
     assert all(level["server_prefix_cache_queries"] == level["input_tokens"] for level in levels), levels
     rates = [level["server_prefix_cache_hit_rate"] for level in levels]
@@ -63,7 +66,7 @@ def test_prefix_cache_hits_stay_at_the_workloads_level(tmp_path, hf_model, vllm_
     # Without a shared prefix nothing is found: a level that re-sent earlier prompts would hit ~100%.
     rates = hit_rates(tmp_path / "none", hf_model, vllm_python, 0)
     assert all(rate < 0.05 for rate in rates), rates
-    # With 128 of 160 words shared, every level finds the prefix's full blocks, and about as many.
+    # With 128 of 160 tokens shared, every level finds the prefix's full blocks, and about as many.
     rates = hit_rates(tmp_path / "prefix", hf_model, vllm_python, PREFIX_LEN)
     assert all(0.55 < rate <= PREFIX_LEN / INPUT_LEN + 0.05 for rate in rates), rates
     assert max(rates) - min(rates) < 0.1, rates
