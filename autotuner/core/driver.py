@@ -719,6 +719,11 @@ class StudyDriver:
                 metrics["gain_over_defaults"] = v.gain
             if v.gain_range is not None:
                 metrics["gain_over_defaults_low"], metrics["gain_over_defaults_high"] = v.gain_range
+            if v.gain_low is not None:
+                metrics["gain_over_defaults_paired_low"] = v.gain_low
+            if v.contender is not None and v.contender_gain is not None:  # the defaults kept: what the best measured
+                metrics["contender_trial"] = v.contender.number
+                metrics["contender_gain_over_defaults"] = v.contender_gain
         else:
             best = best_trial(self.study)
             if best is not None:

@@ -13,8 +13,14 @@ The rule, in two stages:
   alike. Only those round measurements are compared: all candidates have the same number of them,
   measured the same way, and none was selected for being high (the trials' first values were, which
   is why they are left out). A candidate with a failed confirmation launch is flaky and cannot win.
-  The winner is the best median; the gain is the ratio of the winner's median to the baseline's, with
-  its range (worst against best pairing of the two sets).
+  The best median leads; its gain is the ratio of its median to the baseline's, with its range (worst
+  against best pairing of the two sets).
+- **Only what the noise allows.** Each round measured the leader and the baseline side by side, so
+  each round gives one paired gain (leader over baseline, same round). The leader is named over the
+  engine defaults only when the lowest paired gain is above zero: it won every round. Otherwise the
+  verdict is to keep the engine defaults (the winner is the baseline), and the leader is reported as
+  the best contender with its gain and range. The same rule between the top two: a leader that did not
+  beat the runner-up in every round is tied with it (`tied`).
 
 This module must never read a study or a file: callers turn trials into `Candidate`s.
 """
@@ -55,6 +61,12 @@ class Verdict:
     gain_range: tuple[float, float] | None = None  # the gain's lowest and highest pairing (confirmed only)
     flaky: tuple[int, ...] = ()  # trials whose configuration failed a confirmation launch
     ranking: tuple[Candidate, ...] = field(default=())  # best first: the round (by median), then the rest
+    gain_low: float | None = None  # the lowest paired (same-round) gain: above zero, the gain is significant
+    contender: Candidate | None = None  # the best tuned config when its gain is within noise (the defaults kept)
+    contender_value: float | None = None
+    contender_gain: float | None = None
+    contender_range: tuple[float, float] | None = None
+    tied: tuple[int, ...] = ()  # configs the winner did not beat in every round (the runner-up, if so)
 
     @property
     def winner_is_baseline(self) -> bool:
@@ -85,13 +97,32 @@ def decide(candidates: Sequence[Candidate], direction: str) -> Verdict:
     value = statistics.median(winner.measured)
     base_ok = baseline is not None and baseline in eligible
     base_value = statistics.median(baseline.measured) if baseline is not None and base_ok else None
-    gain_range = None
+    gain_range = gain_low = None
     if baseline is not None and base_ok:
-        pairs = [_gain(w, b, sign) for w in winner.measured for b in baseline.measured]
-        finite = [g for g in pairs if g is not None]
-        gain_range = (min(finite), max(finite)) if finite else None
-    return Verdict(winner, True, value, baseline, base_value, _gain(value, base_value, sign), gain_range, flaky,
-                   ranking)
+        gain_range = _range(winner.measured, baseline.measured, sign)
+        gain_low = paired_low(winner.measured, baseline.measured, sign)
+    gain = _gain(value, base_value, sign)
+    runner_up = next((c for c in by_median[1:] if c is not winner), None)
+    tied = ()
+    if runner_up is not None and not runner_up.baseline and (paired_low(winner.measured, runner_up.measured, sign)
+                                                               or 0.0) <= 0:
+        tied = (runner_up.number,)
+    if baseline is not None and base_ok and not winner.baseline and (gain_low is None or gain_low <= 0):
+        # Within noise of the defaults: keep them, and say what the best tuned config measured.
+        return Verdict(baseline, True, base_value, baseline, base_value, 0.0, None, flaky, ranking, gain_low,
+                       contender=winner, contender_value=value, contender_gain=gain, contender_range=gain_range)
+    return Verdict(winner, True, value, baseline, base_value, gain, gain_range, flaky, ranking, gain_low, tied=tied)
+
+
+def paired_low(values: Sequence[float], others: Sequence[float], sign: float) -> float | None:
+    """The lowest gain of `values` over `others` measured in the same round (index), None without a pair."""
+    gains = [g for a, b in zip(values, others, strict=False) if (g := _gain(a, b, sign)) is not None]
+    return min(gains) if gains else None
+
+
+def _range(values: Sequence[float], others: Sequence[float], sign: float) -> tuple[float, float] | None:
+    pairs = [g for a in values for b in others if (g := _gain(a, b, sign)) is not None]
+    return (min(pairs), max(pairs)) if pairs else None
 
 
 def _gain(value: float, baseline: float | None, sign: float) -> float | None:

@@ -105,6 +105,11 @@ class StudySummary:
     confirmed: bool = False  # the winner was chosen from the confirmation round (else: provisional)
     gain: float | None = None  # relative improvement of the winner over the baseline (winner.decide)
     gain_range: tuple[float, float] | None = None
+    gain_low: float | None = None  # the lowest same-round gain: above zero, the gain is beyond the noise
+    contender: TrialRow | None = None  # the best tuned config, when its gain was within noise (defaults kept)
+    contender_gain: float | None = None
+    contender_range: tuple[float, float] | None = None
+    tied: list[int] = field(default_factory=list)  # configs within noise of the winner
     flaky: list[int] = field(default_factory=list)  # trials whose config failed a confirmation launch
     wrong: list[WrongAnswers] = field(default_factory=list)  # failed the quality gate, fastest first
     spent: dict[str, dict[str, int]] = field(default_factory=dict)  # proposer -> launches by how they ended
@@ -190,13 +195,16 @@ def summarize(study: optuna.Study, metric: str, top_k: int = 5, *, target: float
         study_name=study.study_name, metric=metric, direction=direction,
         counts=dict(Counter(t.state.name for t in trials)),
         failure_classes=dict(Counter(t.user_attrs.get("failure_class", "unknown") for t in fails)),
-        top=rows[:top_k], baseline_value=v.baseline_value, best=rows[0] if v.winner is not None else None,
+        top=rows[:top_k], baseline_value=v.baseline_value,
+        best=next((r for r in rows if v.winner is not None and r.number == v.winner.number), None),
         baseline=baseline, n_trials=len(trials), failure_examples=examples,
         baseline_failure=None if baseline or not unmeasured else _ending(unmeasured[-1]),
         environment=dict(attrs.get("environment") or {}), settings=dict(attrs.get("settings") or {}),
         target=target if target is not None else attrs.get("target"), stop_reason=attrs.get("stop_reason"),
         metrics=list(study.metric_names or [metric]), directions=directions,
-        confirmed=v.confirmed, gain=v.gain, gain_range=v.gain_range, flaky=list(v.flaky),
+        confirmed=v.confirmed, gain=v.gain, gain_range=v.gain_range, flaky=list(v.flaky), gain_low=v.gain_low,
+        contender=next((r for r in rows if v.contender is not None and r.number == v.contender.number), None),
+        contender_gain=v.contender_gain, contender_range=v.contender_range, tied=list(v.tied),
     )
     for view in views.values():
         if view.counted and view.state in ("COMPLETE", "FAIL", "PRUNED"):
@@ -363,7 +371,16 @@ def verdict(s: StudySummary) -> str:
         return (f"Pareto front: {len(s.front)} configurations trade {_objectives(s)}; none is better in every "
                 f"metric than another. Best {s.metric}: trial #{s.best.number} at {s.best.median:,.1f}.")
     b = s.best
-    if b.baseline:
+    if b.baseline and s.contender is not None:
+        c = s.contender
+        text = (f"Keep the engine defaults (trial #{b.number}, {b.median:,.1f} {s.metric}{_measured_as(s, b)}): the "
+                f"best tuned configuration, trial #{c.number}, measured {c.median:,.1f}")
+        if s.contender_gain is not None:
+            text += f", {s.contender_gain:+.1%}"
+            if s.contender_range is not None:
+                text += f" (range {s.contender_range[0]:+.1%} to {s.contender_range[1]:+.1%})"
+        text += ", but did not beat them in every interleaved round: a gain within the noise"
+    elif b.baseline:
         text = (f"The engine defaults are the best configuration measured (trial #{b.number}, {b.median:,.1f} "
                 f"{s.metric}{_measured_as(s, b)}): no tuned configuration beat them")
     else:
@@ -380,8 +397,13 @@ def verdict(s: StudySummary) -> str:
             text += f" (the baseline, trial #{s.baseline.number}, failed a confirmation launch: no gain to state)"
         else:
             text += " (no baseline measured)"
+        if s.confirmed and s.gain_low is not None and s.gain_low > 0:
+            text += f"; it beat them in every interleaved round (by {s.gain_low:+.1%} at least)"
         if quality_text(b) != "-":
             text += f"; its answers match the defaults' (token agreement {quality_text(b)})"
+        if s.tied:
+            text += ("; within noise of it (not beaten in every round): "
+                     + ", ".join(f"trial #{n}" for n in s.tied) + ", as good a choice")
     if s.flaky:
         text += "; flaky (a confirmation launch failed, cannot win): " + ", ".join(f"#{n}" for n in s.flaky)
     if s.target:
@@ -544,9 +566,11 @@ def _md(text: Any) -> str:
 def to_json(s: StudySummary, command: str | None = None) -> dict[str, Any]:
     data = asdict(s)
     # What each configuration is judged by (the winner rule), beside its first value.
-    for key in ("best", "baseline"):
+    for key in ("best", "baseline", "contender"):
         if data.get(key) is not None:
             data[key]["median"] = getattr(s, key).median
+            # one number for a configuration in every output: its median (the trial's first stays beside it)
+            data[key]["first_value"], data[key]["value"] = getattr(s, key).value, getattr(s, key).median
     for row, obj in zip(data["top"], s.top, strict=True):
         row["median"] = obj.median
     data.update(target_gap=s.target_gap, verdict=verdict(s), command=command)
@@ -636,10 +660,14 @@ def write_best(summary: StudySummary, command: str | None, folder: Path,
         return None
     folder.mkdir(parents=True, exist_ok=True)
     path = folder / "best.json"
-    best = {**asdict(summary.best), "median": summary.best.median}
+    # `value` is the number every output states for the winner (its confirmation median, else its one
+    # measurement); the trial's own first measurement stays as `first_value`.
+    best = {**asdict(summary.best), "first_value": summary.best.value, "value": summary.best.median,
+            "median": summary.best.median}
     data = _clean({"study": summary.study_name, "metric": summary.metric, "best": best,
                    "baseline_value": summary.baseline_value, "gain": summary.gain,
-                   "gain_range": summary.gain_range, "confirmed": summary.confirmed, "flaky": summary.flaky,
+                   "gain_range": summary.gain_range, "gain_low": summary.gain_low, "confirmed": summary.confirmed,
+                   "flaky": summary.flaky, "tied": summary.tied,
                    "verdict": verdict(summary), "command": command})
     if summary.front:  # several objectives: the answer is the front; "best" is its best on the first metric
         data["front"] = _clean([{"trial": r.number, "values": dict(zip(summary.metrics, r.values, strict=False)),

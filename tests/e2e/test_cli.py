@@ -86,7 +86,8 @@ def test_quickstart_sized_study_through_the_cli(tmp_path, tiny_model, llama_serv
     # either compares with them or says why they have no value.
     said = out.stdout + "\n" + out.stderr[-3000:]
     assert ("over the engine defaults" in out.stdout or "(the baseline has no value: trial #0" in out.stdout
-            or "The engine defaults are the best configuration measured" in out.stdout), said
+            or "The engine defaults are the best configuration measured" in out.stdout
+            or "Keep the engine defaults" in out.stdout), said
     assert f"--model {tiny_model} --host 127.0.0.1 --port 8080 --alias tiny-llama --metrics" in out.stdout
     assert (tmp_path / "results" / "quickstart" / "best.json").is_file()
     # One winner command everywhere, with the experiment's environment: the file the tuner wrote (the CLI

@@ -3,6 +3,8 @@ the gain as a ratio of medians with its range, flaky configs out, one answer eve
 
 from __future__ import annotations
 
+import json
+
 import optuna
 import pytest
 from optuna.distributions import IntDistribution
@@ -75,3 +77,29 @@ def test_the_row_shows_the_level_the_trial_was_scored_by_not_the_fastest():
                                {"output_tok_per_s": 400.0, "ttft_ms_p99": 9000.0}], "scored_level": 0}))  # broke it
     row = summarize(study, "output_tok_per_s").best
     assert row.metrics["ttft_ms_p99"] == 300.0
+
+
+def test_a_gain_within_the_noise_keeps_the_defaults_in_every_output(tmp_path):
+    # #2's median is 5% above the defaults', but in round 2 the defaults read higher beside it.
+    study = study_with(NIGHT, confirmation={"0": [100.0, 106.0, 98.0], "1": [90.0, 91.0, 92.0],
+                                            "2": [105.0, 104.0, 103.0]})
+    s = summarize(study, "output_tok_per_s")
+    assert s.best.baseline and s.contender.number == 2 and s.contender_gain == pytest.approx(0.04)
+    text = report.verdict(s)
+    assert text.startswith("Keep the engine defaults (trial #0, 100.0 output_tok_per_s")
+    assert "trial #2, measured 104.0, +4.0% (range -2.8% to +7.1%), but did not beat them in every" in text
+    best = json.loads(report.write_best(s, "llama-server", tmp_path).read_text())
+    assert best["best"]["number"] == 0 and best["best"]["value"] == 100.0 == s.baseline_value
+    assert report.to_json(s)["best"]["value"] == 100.0 and verdict(study).value == 100.0
+
+
+def test_best_json_states_the_winners_confirmed_median_not_its_first_value(tmp_path):
+    s = summarize(study_with(NIGHT, confirmation={"0": [101.0, 99.0, 100.0], "1": [120.0, 118.0, 119.0],
+                                                  "2": [149.0, 152.0, 150.0]}), "output_tok_per_s")
+    best = json.loads(report.write_best(s, "llama-server", tmp_path).read_text())
+    assert (best["best"]["value"], best["best"]["first_value"]) == (150.0, 150.0)
+    s = summarize(study_with(NIGHT, confirmation={"0": [101.0, 99.0, 100.0], "1": [170.0, 171.0, 172.0],
+                                                  "2": [149.0, 152.0, 150.0]}), "output_tok_per_s")
+    best = json.loads(report.write_best(s, "llama-server", tmp_path).read_text())
+    assert (best["best"]["value"], best["best"]["first_value"]) == (171.0, 160.0)
+    assert "beat them in every interleaved round (by +68.3% at least)" in best["verdict"]
