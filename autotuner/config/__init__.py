@@ -15,6 +15,7 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Discriminator, Field, Tag, ValidationError, field_validator, model_validator
 
 
+from autotuner.bench.metric_names import canonical
 from autotuner.config._base import ConfigError, _Strict
 from autotuner.config.workload import WorkloadConfig
 
@@ -241,6 +242,20 @@ class ObjectiveConfig(_Strict):
             if key in data and data[key] != first:
                 raise ValueError(f"give {key} or {key}s, not both ({key} is the first of {key}s)")
         return {**data, **firsts}
+
+    @field_validator("metric", "metrics", mode="before")
+    @classmethod
+    def _own_names(cls, value: Any) -> Any:
+        # AIPerf's, GuideLLM's and vLLM's names for the same metrics (bench/metric_names.py)
+        if isinstance(value, str):
+            return canonical(value)
+        return [canonical(v) if isinstance(v, str) else v for v in value] if isinstance(value, list) else value
+
+    @field_validator("slo", mode="before")
+    @classmethod
+    def _own_slo_names(cls, value: Any) -> Any:
+        return {canonical(k) if isinstance(k, str) else k: v for k, v in value.items()} if isinstance(value, dict) \
+            else value
 
     @field_validator("metric", "metrics")
     @classmethod
