@@ -34,6 +34,10 @@ from typing import Any
 from autotuner.bench.client import RequestRecord
 
 MAX_ERROR_SAMPLES = 5  # distinct error messages a LevelResult keeps (with their counts)
+# On an open schedule (a rate or a trace, no concurrency limit) a request leaves late only when the
+# client's event loop falls behind: past this p99 lateness the level measured the load generator.
+CLIENT_LAG_MS = 50.0
+CLIENT_LIMITED = "client_limited"
 _NS_PER_MS = 1e6
 _STAT_NAMES = ("mean", "p50", "p90", "p99", "max")
 _LATENCIES = ("ttft_ms", "tpot_ms", "itl_ms", "e2e_ms")
@@ -193,7 +197,14 @@ class LevelResult:
             out["offered_rate"] = self.offered_rate
         if self.queue_ms.count:
             out.update(queue_ms_p50=self.queue_ms.p50, queue_ms_p99=self.queue_ms.p99, queue_ms_max=self.queue_ms.max)
+            out[CLIENT_LIMITED] = float(self.client_limited)
         return out
+
+    @property
+    def client_limited(self) -> bool:
+        """Requests of an open schedule left late (see CLIENT_LAG_MS): the client, not the server, set the pace.
+        Under a concurrency limit, waiting for a free slot is the server's doing and counts as queue time."""
+        return self.max_concurrency is None and self.queue_ms.count > 0 and self.queue_ms.p99 > CLIENT_LAG_MS
 
     def to_json(self) -> dict[str, Any]:
         """A strict-JSON-serialisable dict (NaN and inf -> None); `from_json` reverses it."""

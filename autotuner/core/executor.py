@@ -298,6 +298,9 @@ class TrialExecutor:
                        **prompt_token_metrics(requests, result)}
             if note := usage_note(result):
                 progress.note(f"    warning at {level_text(level)}: {note}")
+            if result.client_limited:
+                progress.note(f"    warning at {level_text(level)}: the load generator sent requests "
+                              f"{result.queue_ms.p99:.0f} ms late (p99): the level does not count (raise load.workers)")
             self.records.level_metrics.append(metrics)
             self.on_level(step, metrics)
             timings["measure_s"] = time.perf_counter() - t

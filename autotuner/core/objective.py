@@ -6,8 +6,11 @@ suits it, so the sweep's best level, not its last, is the trial's value.
 
 from __future__ import annotations
 
+import math
+
 from collections.abc import Mapping, Sequence
 
+from autotuner.bench.metrics import CLIENT_LIMITED
 from autotuner.config import ObjectiveConfig
 
 
@@ -24,14 +27,22 @@ class SloViolated(ValueError):
 
 
 def slo_violations(metrics: Mapping[str, float], slo: Mapping[str, float]) -> list[str]:
-    """The SLO limits this level breaks, e.g. ["ttft_ms_p99 3120.5 > 2000"]."""
-    return [f"{name} {metrics[name]:.1f} > {limit:g}" for name, limit in slo.items()
+    """The SLO limits this level breaks, e.g. ["ttft_ms_p99 3120.5 > 2000"]; a p99 of fewer than 100
+    requests says it is about the maximum (the 99th percentile of 32 values is between the top two)."""
+    completed = metrics.get("completed")
+    few = f" (a p99 of {completed:.0f} requests: about their maximum)" if completed and completed < 100 else ""
+    return [f"{name} {metrics[name]:.1f} > {limit:g}" + (few if name.endswith("_p99") else "")
+            for name, limit in slo.items()
             if name in metrics and not metrics[name] <= limit]  # NaN (nothing measured) breaks it too
 
 
 def violations(metrics: Mapping[str, float], objective: ObjectiveConfig) -> list[str]:
-    """Why this level does not count: the SLO limits it breaks and too many failed requests."""
+    """Why this level does not count: the SLO limits it breaks, too many failed requests, and a load
+    generator that fell behind its schedule (the level measured the client, not the server)."""
     broken = slo_violations(metrics, objective.slo)
+    if metrics.get(CLIENT_LIMITED):
+        broken.append(f"the load generator sent requests {metrics.get('queue_ms_p99', math.nan):.0f} ms late (p99) on "
+                      "an open schedule: it, not the server, limited the level (more load.workers)")
     rate = metrics.get("error_rate")
     if rate is not None and rate > objective.max_error_rate:
         broken.append(f"error_rate {rate:.1%} > {objective.max_error_rate:.0%}")

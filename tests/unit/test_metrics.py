@@ -188,3 +188,32 @@ def test_goodput_counts_requests_meeting_every_per_request_slo() -> None:
 def test_a_level_is_measured_again_only_when_dropped_requests_alone_failed_it(errors, limit, expected):
     records = [RequestRecord(start_ns=0, error=e) for e in errors] + [RequestRecord(start_ns=0)]
     assert dropped_only(records, limit) == expected
+
+
+def test_an_open_schedule_the_client_fell_behind_on_does_not_count():
+    from autotuner.bench.client import RequestRecord
+    from autotuner.bench.metrics import CLIENT_LIMITED
+    from autotuner.config import ObjectiveConfig
+    from autotuner.core.objective import violations
+
+    def rec(late_ms: float) -> RequestRecord:
+        return RequestRecord(start_ns=int(late_ms * 1e6) + 10**9, first_token_ns=2 * 10**9, end_ns=3 * 10**9,
+                             output_tokens=4, usage_reported=True, due_ns=10**9)
+
+    on_time = LevelResult.from_records([rec(1.0)] * 99 + [rec(5.0)], 10.0, request_rate=10.0, offered_rate=10.0)
+    late = LevelResult.from_records([rec(1.0)] * 90 + [rec(400.0)] * 10, 10.0, request_rate=10.0, offered_rate=10.0)
+    # Waiting for one of 4 slots is the server's doing: queue time, never the client's fault.
+    slots = LevelResult.from_records([rec(400.0)] * 10, 10.0, max_concurrency=4, request_rate=10.0)
+    assert not on_time.client_limited and late.client_limited and not slots.client_limited
+    assert late.metrics()[CLIENT_LIMITED] == 1.0 and late.metrics()["queue_ms_p99"] == pytest.approx(400.0)
+    why = violations(late.metrics(), ObjectiveConfig())
+    assert why and "400 ms late (p99)" in why[0] and not violations(on_time.metrics(), ObjectiveConfig())
+
+
+def test_a_p99_of_few_requests_says_it_is_about_their_maximum():
+    from autotuner.config import ObjectiveConfig
+    from autotuner.core.objective import violations
+
+    why = violations({"ttft_ms_p99": 3000.0, "completed": 32.0, "error_rate": 0.0},
+                     ObjectiveConfig(slo={"ttft_ms_p99": 2000}))
+    assert why == ["ttft_ms_p99 3000.0 > 2000 (a p99 of 32 requests: about their maximum)"]
