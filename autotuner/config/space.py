@@ -152,6 +152,19 @@ class SearchSpace:
                 params[name] = value
         return params
 
+    def at_least(self, name: str, want: float) -> Any:
+        """The smallest value of numeric param `name` that is at least `want` (its largest when none is),
+        None for a param the space lacks: a size that must hold something, never rounded below it."""
+        spec = self.config.params.get(name)
+        if isinstance(spec, CategoricalParam):
+            numbers = sorted(c for c in spec.choices if isinstance(c, (int, float)) and not isinstance(c, bool))
+            return next((c for c in numbers if c >= want), numbers[-1] if numbers else None)
+        if isinstance(spec, (IntParam, FloatParam)):
+            value = _nearest(spec, want)
+            step = getattr(spec, "step", None) or 0
+            return min(value + step, spec.high) if value is not None and value < want and step else value
+        return None
+
     def broken_constraints(self, params: Mapping[str, Any]) -> list[str]:
         """The constraints this config breaks; one naming an unsampled param does not apply."""
         broken = []

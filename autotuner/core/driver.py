@@ -336,7 +336,7 @@ class StudyDriver:
             max_load=self.cfg.load.max_load,
             cpus=self.cfg.hardware.cpus or int(self.host.get("cpus_usable") or 1), gpus=self.cfg.hardware.gpus,
             metric=self.cfg.objective.metric, direction=self.cfg.objective.direction, trials_left=trials_left,
-            defaults=self.engine.defaults(),
+            defaults=self.engine.defaults(), workload=self.executor.facts,
         )
 
     def _advise(self, progress: Progress, trials_left: int | None) -> None:

@@ -113,9 +113,19 @@ class LlamaCppEngine(Engine):
 
         load = at_least(study.max_load) if study.load_key == "max_concurrency" else 16
         start = {"parallel": load, "threads": study.cpus, "cont_batching": True, "kv_unified": True,
-                 "ctx_size": 1 << 20}  # the space's largest context: room for every slot's prompts
-        proposals = [Proposal(start, f"a slot for each of the {load} concurrent requests at the highest load, a "
-                                     f"thread per core ({study.cpus}), continuous batching, one KV buffer")]
+                 "ctx_size": 1 << 20}  # without the workload's lengths, the space's largest context
+        why = (f"a slot for each of the {load} concurrent requests at the highest load, a thread per core "
+               f"({study.cpus}), continuous batching, one KV buffer")
+        longest, mean = study.workload.get("longest_request"), study.workload.get("mean_request")
+        if longest and mean and (ctx := study.space.at_least("ctx_size", max(longest, 1.25 * load * mean))):
+            start["ctx_size"] = ctx
+            why += (f" of {ctx} tokens (every slot busy with the workload's mean request of {mean:.0f} tokens, "
+                    f"and a quarter more; its longest is {longest})")
+        if study.workload.get("prefix_reuse", 0) >= 0.2 and "cache_reuse" in study.space.names:
+            start["cache_reuse"] = 256
+            why += (f"; {study.workload['prefix_reuse']:.0%} of prompt tokens are a prefix sent before: reuse "
+                    "cached chunks (--cache-reuse 256)")
+        proposals = [Proposal(start, why)]
         best = study.best()
         if best is not None:
             params = {**self.defaults(), **best.params}

@@ -68,6 +68,7 @@ def feasibility_context(exp: Any, source: Any = None) -> dict[str, Any]:
         if shape.longest_request is not None:
             facts.update(longest_request=shape.longest_request, mean_request=shape.mean_request)
         facts["output_len"] = shape.longest_output or facts["output_len"]
+        facts["prefix_reuse"] = shape.prefix_reuse
     levels = cfg.load.levels()
     if levels and "max_concurrency" in levels[0]:
         facts["max_concurrency"] = int(cfg.load.max_load)

@@ -258,6 +258,12 @@ class VllmEngine(Engine):
         if study.gpus:
             start["gpu_memory_utilization"] = 0.95
             why += ", the KV cache as large as the space allows"
+        if (longest := study.workload.get("longest_request")) and "max_model_len" in study.space.names:
+            start["max_model_len"] = study.space.at_least("max_model_len", longest)
+            why += f", a context that holds the workload's longest request ({longest} tokens)"
+        if study.workload.get("prefix_reuse", 0) >= 0.2 and "enable_prefix_caching" in study.space.names:
+            start["enable_prefix_caching"] = True
+            why += f", prefix caching ({study.workload['prefix_reuse']:.0%} of prompt tokens are a prefix sent before)"
         proposals = [Proposal(start, why)]
         best = study.best()
         if best is not None:

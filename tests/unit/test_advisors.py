@@ -45,6 +45,21 @@ def test_llamacpp_knowledge_starts_with_a_slot_per_request_and_a_thread_per_core
     assert complete(first.params, LLAMA_SPACE, {})["ctx_size"] == 16384  # the largest KV buffer the space has
 
 
+def test_llamacpp_knowledge_sizes_the_kv_buffer_from_the_workloads_lengths():
+    from dataclasses import replace
+
+    # 16 busy slots of a 300-token mean request (x1.25: 6000) need the 8192 buffer, not the largest
+    study = replace(so_far(), workload={"longest_request": 870, "mean_request": 300.0, "prefix_reuse": 0.4})
+    (first,) = get_engine("llamacpp").advise(study)
+    assert first.params["ctx_size"] == 8192 and "mean request of 300 tokens" in first.reason
+    assert get_engine("llamacpp").infeasible(first.params, study.workload) == []
+    # long requests: only the largest holds them; a short workload takes the smallest
+    assert get_engine("llamacpp").advise(replace(study, workload={"longest_request": 900, "mean_request": 900.0})
+                                         )[0].params["ctx_size"] == 16384
+    assert get_engine("llamacpp").advise(replace(study, workload={"longest_request": 100, "mean_request": 90.0})
+                                         )[0].params["ctx_size"] == 4096
+
+
 def test_queued_requests_point_at_more_slots():
     queued = {"max_concurrency": 16, "output_tok_per_s": 200.0, "server_samples": 10, "server_requests_waiting_mean": 6,
               "server_requests_running_mean": 4, "server_requests_running_max": 4}

@@ -83,3 +83,15 @@ def test_contains_explains_values_outside_the_space():
     assert "within [1, 32]" in s.contains({"parallel": 64})
     assert "not a param of this space" in s.contains({"threads": 2})
     assert "true or false" in s.contains({"cont_batching": "yes"})
+
+
+def test_at_least_never_rounds_a_size_below_what_it_must_hold():
+    from autotuner.config import SearchSpaceConfig
+    from autotuner.config.space import SearchSpace
+
+    space = SearchSpace(SearchSpaceConfig.model_validate({"engine": "llamacpp", "params": {
+        "ctx_size": {"type": "categorical", "choices": [4096, 8192, 16384]},
+        "parallel": {"type": "int", "low": 1, "high": 64, "step": 8}}}))
+    assert [space.at_least("ctx_size", n) for n in (100, 4097, 9000, 99999)] == [4096, 8192, 16384, 16384]
+    assert space.at_least("parallel", 10) == 17 and space.at_least("parallel", 9) == 9
+    assert space.at_least("threads", 4) is None
