@@ -57,12 +57,12 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
 from autotuner.bench.runner import run_level  # noqa: E402
-from autotuner.workloads.synthetic import Workload, level_workload, warmup_workload  # noqa: E402
 from autotuner.engines._base import LaunchContext  # noqa: E402
 from autotuner.engines.llamacpp import LlamaCppEngine  # noqa: E402
 from autotuner.launchers._base import Handle, LaunchError, free_port  # noqa: E402
 from autotuner.launchers.process import ProcessLauncher  # noqa: E402
 from autotuner.util import paths  # noqa: E402
+from autotuner.workloads.synthetic import Workload, level_workload, warmup_workload  # noqa: E402
 
 # The grid: param (the llamacpp adapter's names) -> values. "batch" is -b/-ub as pairs.
 GRID: dict[str, list[Any]] = {

@@ -78,8 +78,8 @@ def plots_and_report() -> None:
 def sampler_overhead(model: Path, rounds: int) -> None:
     from autotuner.bench.runner import run_level
     from autotuner.bench.server_metrics import ServerMetricsSampler
-    from autotuner.workloads.synthetic import Workload
     from autotuner.launchers._base import free_port
+    from autotuner.workloads.synthetic import Workload
 
     binary = paths.llama_server_binary()
     if binary is None or not model.exists():

@@ -51,7 +51,8 @@ def canonical(name: str) -> str:
     if match := _SPLIT.match(name):
         base, stat = match.group(1), match.group(2)
     if base in AMBIGUOUS or name in AMBIGUOUS:
-        raise ValueError(f"'{name}' means different things in different tools: {AMBIGUOUS.get(base) or AMBIGUOUS[name]}. "
+        meanings = AMBIGUOUS.get(base) or AMBIGUOUS[name]
+        raise ValueError(f"'{name}' means different things in different tools: {meanings}. "
                          "Write this tool's name")
     mapped = ALIASES.get(base, base)
     return f"{mapped}_{STATS[stat]}" if stat else mapped

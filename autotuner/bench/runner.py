@@ -29,7 +29,6 @@ import json
 import math
 import multiprocessing
 import queue
-import random
 from dataclasses import dataclass, replace
 from time import perf_counter_ns
 from typing import Any
@@ -82,8 +81,8 @@ def _plan(base_url: str, model: str, workload: Workload | LevelPlan, *, max_conc
     else:
         path, bodies = workload.path, tuple(json.dumps(p).encode() for p in build_payloads(workload, model))
         # Prompts no measured request sends: no prefix-cache head start (workload.warmup_workload).
-        warm = tuple(json.dumps(p).encode()
-                     for p in build_payloads(warmup_workload(workload, warmup_requests), model)) if warmup_requests else ()
+        warm = tuple(json.dumps(p).encode() for p in build_payloads(warmup_workload(workload, warmup_requests), model)
+                     ) if warmup_requests else ()
     if speedup is not None:
         if not isinstance(workload, LevelPlan) or workload.arrivals_s is None:
             raise ValueError("a speed-up replays a trace's own times: this workload has none")

@@ -12,13 +12,11 @@ from pathlib import Path
 from typing import Annotated, Any, Literal
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Discriminator, Field, Tag, ValidationError, field_validator, model_validator
-
+from pydantic import BaseModel, Discriminator, Field, Tag, ValidationError, field_validator, model_validator
 
 from autotuner.bench.metric_names import canonical
 from autotuner.config._base import ConfigError, _Strict
 from autotuner.config.workload import WorkloadConfig
-
 
 # --- search space -----------------------------------------------------------------------------------
 

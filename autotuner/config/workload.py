@@ -72,7 +72,8 @@ class TraceConfig(_Strict):
                                    "relative to the experiment file.")
     format: Literal["mooncake"] = "mooncake"
     block_size: int = Field(BLOCK_SIZE, gt=0, description="Tokens per hash_ids block.")
-    start_s: float = Field(0.0, ge=0, description="The window replayed starts this long after the trace's first request.")
+    start_s: float = Field(0.0, ge=0, description="The window replayed starts this long after the trace's first "
+                                                  "request.")
     duration_s: float | None = Field(None, gt=0, description="The window's length (default: to the end).")
 
 
@@ -143,7 +144,8 @@ class WorkloadConfig(_Strict):
                + (", exact output lengths (ignore_eos)" if s.ignore_eos else ", the model may stop early"))
         if self.trace:
             t = self.trace
-            window = (f", from {t.start_s:g} s" if t.start_s else "") + (f", {t.duration_s:g} s of it" if t.duration_s else "")
+            window = ((f", from {t.start_s:g} s" if t.start_s else "")
+                      + (f", {t.duration_s:g} s of it" if t.duration_s else ""))
             return f"trace {t.path} ({t.format}, {t.block_size}-token blocks{window}); {how}"
         if self.dataset:
             return f"dataset {self.dataset.path} ({self.dataset.format}), {self.num_prompts} requests a level; {how}"
@@ -200,7 +202,8 @@ def _version(path: Path) -> int:
 
 
 @functools.lru_cache(maxsize=4)
-def _read_trace(path: Path, version: int, block_size: int, start_s: float, duration_s: float | None, limit: int | None) -> Trace:
+def _read_trace(path: Path, version: int, block_size: int, start_s: float, duration_s: float | None,
+                limit: int | None) -> Trace:
     return read_trace(path, block_size=block_size, start_s=start_s, duration_s=duration_s, limit=limit)
 
 

@@ -41,11 +41,11 @@ from autotuner.core.traffic import Traffic
 from autotuner.core.trial_records import TrialRecords
 from autotuner.engines._base import Engine, LaunchContext, LaunchSpec
 from autotuner.engines.model_facts import feasibility_context
-from autotuner.workloads.plan import LevelPlan
 from autotuner.launchers._base import Handle, Launcher, LaunchError, free_port
 from autotuner.node.pool import Leases, PoolTooSmall
 from autotuner.stages import moe_log
 from autotuner.util.interrupts import StopRequests
+from autotuner.workloads.plan import LevelPlan
 
 LOG_TAIL_LINES = 30
 TRANSIENT_FAILURES = frozenset({"startup-timeout", "client-errors"})  # may be the machine: measured once more
@@ -198,7 +198,6 @@ class TrialExecutor:
 
     async def _measure(self, handle: Handle, trial: optuna.Trial | None, progress: Progress,
                        timings: dict[str, float], gate: quality.Gate | None, measure_levels: bool) -> TrialResult:
-        w = self.cfg.workload
         model = handle.spec.served_model_name
         self._rate = None  # the output rate this launch has shown: what the next level's timeout follows
         for note in await self.traffic.prepare(handle.base_url, model, self.cfg.load.max_steps):
@@ -416,5 +415,6 @@ def prompt_token_metrics(requests: LevelPlan, result: LevelResult) -> dict[str, 
         return {}
     # only completed requests are counted by the server: compare like with like when some failed
     share = result.completed / max(len(requests), 1)
-    return {"requested_input_tokens": float(asked), "prompt_tokens_measured_ratio": result.input_tokens / (asked * share),
+    return {"requested_input_tokens": float(asked),
+            "prompt_tokens_measured_ratio": result.input_tokens / (asked * share),
             "prompt_tokens_exact": float(requests.exact)}

@@ -7,7 +7,6 @@ suits it, so the sweep's best level, not its last, is the trial's value.
 from __future__ import annotations
 
 import math
-
 from collections.abc import Mapping, Sequence
 
 from autotuner.bench.metrics import CLIENT_LIMITED

@@ -24,7 +24,7 @@ FIRST_S = 600.0  # before the config has shown a rate (no warm-up): generous, as
 SAFETY = 3.0
 
 
-def request_timeout(fixed: float | None, *, load_key: str, load: float, num_prompts: int, output_len: int,
+def request_timeout(fixed: float | None, *, load_key: str, load: float, num_prompts: int, output_len: float,
                     tok_per_s: float | None, slo: Mapping[str, float], duration_s: float | None = None) -> float:
     """Seconds one request may take at this level (`fixed`: the experiment's, as is)."""
     if fixed:

@@ -46,7 +46,8 @@ class Traffic:
                 notes.append(f"the server's tokenize endpoint ({self.tokenize.path}) did not give one-token words: "
                              "prompt lengths are close, not exact")
             else:
-                self.vocab = Vocabulary(words, exact=True, specials=await special_tokens(base_url, self.tokenize, model),
+                specials = await special_tokens(base_url, self.tokenize, model)
+                self.vocab = Vocabulary(words, exact=True, specials=specials,
                                         source=f"{len(words)} words of one token each on the served model")
         if isinstance(self.source, DatasetSource) and self.tokenize is not None:
             texts = [t for e in self.source.dataset.entries for t in (e.prompt, e.answer) if t is not None]

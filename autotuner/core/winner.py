@@ -103,7 +103,7 @@ def decide(candidates: Sequence[Candidate], direction: str) -> Verdict:
         gain_low = paired_low(winner.measured, baseline.measured, sign)
     gain = _gain(value, base_value, sign)
     runner_up = next((c for c in by_median[1:] if c is not winner), None)
-    tied = ()
+    tied: tuple[int, ...] = ()
     if runner_up is not None and not runner_up.baseline and (paired_low(winner.measured, runner_up.measured, sign)
                                                                or 0.0) <= 0:
         tied = (runner_up.number,)

@@ -64,7 +64,8 @@ def dry_run(exp: Experiment, engine: Engine, n: int, echo: Callable[[str], None]
         study.enqueue_trial(dict(params), user_attrs={"enqueued": True})
     so_far = StudySoFar(trials=[], space=space, load_key=load_kind(cfg.load), max_load=cfg.load.max_load,
                         cpus=cfg.hardware.cpus or os.cpu_count() or 1, gpus=cfg.hardware.gpus,
-                        metric=cfg.objective.metric, direction=cfg.objective.direction, defaults=engine.defaults(), workload=facts)
+                        metric=cfg.objective.metric, direction=cfg.objective.direction, defaults=engine.defaults(),
+                        workload=facts)
     model = _performance_model(exp, engine, echo)
     # What the advisors start from, in the experiment's order (earlier studies: the storage is not read).
     for entry in cfg.advisors:

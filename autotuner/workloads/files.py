@@ -13,7 +13,7 @@ from autotuner.workloads.errors import WorkloadFileError
 
 def _open(path: Path, mode: str = "r") -> Any:
     try:
-        return path.open(mode, **({} if "b" in mode else {"encoding": "utf-8"}))
+        return path.open(mode) if "b" in mode else path.open(mode, encoding="utf-8")
     except FileNotFoundError:
         raise WorkloadFileError(path, "file not found") from None
     except IsADirectoryError:
@@ -51,7 +51,8 @@ def json_document(path: Path) -> Any:
         try:
             text = f.read()
         except UnicodeDecodeError as e:
-            raise WorkloadFileError(path, f"not UTF-8 text (byte 0x{e.object[e.start]:02x} at offset {e.start})") from None
+            raise WorkloadFileError(path, f"not UTF-8 text (byte 0x{e.object[e.start]:02x} at offset {e.start})"
+                                    ) from None
     if not text.strip():
         raise WorkloadFileError(path, "empty: no request in it")
     try:

@@ -70,7 +70,8 @@ class Lengths:
         return None if self.stddev else self.clamp(round(self.mean))
 
     def describe(self) -> str:
-        bounds = f" in [{self.min}, {self.max}]" if self.max is not None else (f", min {self.min}" if self.min > 1 else "")
+        bounds = (f" in [{self.min}, {self.max}]" if self.max is not None
+                  else f", min {self.min}" if self.min > 1 else "")
         if self.kind == "fixed":
             return f"{self.clamp(round(self.mean))}"
         if self.kind == "uniform":

@@ -82,8 +82,9 @@ def trace(rng: random.Random, sessions: int = 14, one_offs: int = 8) -> list[dic
     span = max(r[0] for r in rows)
     for _ in range(one_offs):  # retrieval-style long prompts, nothing shared
         length = rng.randint(500, 870)
+        ids = [next(next_id) for _ in range(math.ceil(length / TRACE_BLOCK))]
         rows.append((rng.uniform(0, span), {"input_length": length, "output_length": _lognormal(rng, 32, 0.4, 8, 96),
-                                            "hash_ids": [next(next_id) for _ in range(math.ceil(length / TRACE_BLOCK))]}))
+                                            "hash_ids": ids}))
     rows.sort(key=lambda r: r[0])
     return [{"timestamp": round(t * 1000), **row} for t, row in rows]
 

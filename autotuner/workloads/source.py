@@ -95,7 +95,8 @@ def histogram(values: Sequence[int], bins: int = 8, width: int = 30) -> list[str
     for v in values:
         counts[min((v - low) // step, bins - 1)] += 1
     top = max(counts)
-    return [f"  {low + k * step:>6}-{low + (k + 1) * step - 1:<6} | {'#' * max(1 if c else 0, round(width * c / top))} {c}"
+    bar = lambda c: "#" * max(1 if c else 0, round(width * c / top))  # noqa: E731
+    return [f"  {low + k * step:>6}-{low + (k + 1) * step - 1:<6} | {bar(c)} {c}"
             for k, c in enumerate(counts) if c or k < bins]
 
 

@@ -92,7 +92,8 @@ def read_trace(path: Path, *, block_size: int = BLOCK_SIZE, start_s: float = 0.0
         for block, length in zip(ids, block_lengths(n_in, len(ids), block_size), strict=True):
             if block_len.setdefault(block, length) != length:
                 raise WorkloadFileError(path, f"block {block} is {length} tokens here but {block_len[block]} on an "
-                                              "earlier line: equal ids must be equal tokens", line=line, field="hash_ids")
+                                              "earlier line: equal ids must be equal tokens",
+                                        line=line, field="hash_ids")
         kept.append(TraceRequest(ts / 1000, n_in, n_out, ids))
     if not kept:
         raise WorkloadFileError(path, f"no request in the window (start_s {start_s:g}, duration_s "

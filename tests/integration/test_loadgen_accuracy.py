@@ -18,8 +18,9 @@ from typing import Any
 import httpx
 import pytest
 
-from autotuner.bench.client import RequestRecord, _ChunkedDecoder, make_client, stream_request
+from autotuner.bench.client import RequestRecord, make_client, stream_request
 from autotuner.bench.runner import format_level, run_level, run_level_sync
+from autotuner.bench.transport import _ChunkedDecoder
 from autotuner.workloads.synthetic import Workload, build_payloads
 from tests.conftest import with_timing_retries
 from tests.fake_openai_server import FakeOpenAIServer, FakeServerConfig, ServedRequest

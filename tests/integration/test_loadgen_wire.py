@@ -14,7 +14,7 @@ from typing import Any
 import pytest
 from typer.testing import CliRunner
 
-from autotuner.bench import client as client_module
+from autotuner.bench import transport as transport_module
 from autotuner.bench.client import RequestRecord, ignored_proxy_note, make_client, stream_request
 
 CLOSE = b"<close the connection>"  # in a scripted reply: the server closes the connection there
@@ -190,7 +190,7 @@ def test_a_request_met_by_a_closing_idle_connection_is_sent_again_on_a_new_one()
 
 
 def test_a_connection_idle_too_long_is_not_reused(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(client_module, "_IDLE_EXPIRY_S", 0.5)
+    monkeypatch.setattr(transport_module, "_IDLE_EXPIRY_S", 0.5)
 
     async def go() -> tuple[list[RequestRecord], RawServer]:
         async with RawServer([[GOOD], [GOOD], [GOOD]]) as server, make_client(1) as client:

@@ -7,7 +7,14 @@ import os
 
 import pytest
 
-from autotuner.workloads.synthetic import WORDS, Workload, build_payloads, build_prompts, level_workload, warmup_workload
+from autotuner.workloads.synthetic import (
+    WORDS,
+    Workload,
+    build_payloads,
+    build_prompts,
+    level_workload,
+    warmup_workload,
+)
 
 
 def test_same_seed_same_payloads_other_seed_other_prompts() -> None:
