@@ -68,6 +68,8 @@ class RequestRecord:
     usage_reported: bool = False  # False: output_tokens counts content events, prompt_tokens is 0
     error: str | None = None
     due_ns: int | None = None  # when a schedule (a rate, a trace) wanted it sent: start_ns - due_ns is queue time
+    session: int | None = None  # a multi-turn session's index in its level, and the turn (1 first)
+    turn: int | None = None
 
     @property
     def ok(self) -> bool:
@@ -126,6 +128,21 @@ def _has_text(choice: Any) -> bool:
     return False
 
 
+def _content(payload: bytes) -> str:
+    """The answer text an event carries (completions' text, chat's content; not reasoning)."""
+    try:
+        choices = json.loads(payload).get("choices") or ()
+    except (ValueError, AttributeError):
+        return ""
+    parts = []
+    for c in choices:
+        if isinstance(c, dict):
+            delta = c.get("delta")
+            value = c.get("text") if "text" in c else delta.get("content") if isinstance(delta, dict) else None
+            parts.append(value if isinstance(value, str) else "")
+    return "".join(parts)
+
+
 async def _stamped(chunks: Any) -> Any:
     async for chunk in chunks:
         yield perf_counter_ns(), chunk
@@ -156,11 +173,14 @@ async def stream_request(
     *,
     endpoint: Literal["completions", "chat"] = "completions",
     timeout_s: float = 300.0,
+    text: list[str] | None = None,
 ) -> RequestRecord:
     """Send one streaming request and record its timing; never raises for request failures.
 
     `body` is the JSON request body (bytes are sent as they are: encode once, outside the timed
-    region). `timeout_s` bounds the whole request, from sending to the end of the stream.
+    region). `timeout_s` bounds the whole request, from sending to the end of the stream. `text`: a
+    list the generated text is appended to, event by event (what a multi-turn session sends back as
+    the answer; parsing every event costs CPU, so only when asked).
     """
     content = body if isinstance(body, bytes) else json.dumps(body).encode()
     content_re = _CHAT_CONTENT if endpoint == "chat" else _COMPLETIONS_CONTENT
@@ -219,6 +239,10 @@ async def stream_request(
                                 times.append(now)
                             elif (at < 0 or endpoint == "chat") and has_content(payload) is not None:
                                 times.append(now)  # spaced JSON, or a reasoning field
+                            else:
+                                continue
+                            if text is not None:
+                                text.append(_content(payload))
                             continue
                         # Rare: usage or error object (or an unusual layout): parse for real.
                         try:
@@ -234,6 +258,8 @@ async def stream_request(
                         choices = obj.get("choices") or ()
                         if any(_has_text(c) for c in choices):
                             times.append(now)
+                            if text is not None:
+                                text.append(_content(payload))
                     if done or error is not None:
                         rec.end_ns = now
                         if error is not None:

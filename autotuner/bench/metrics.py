@@ -287,3 +287,29 @@ def _nan_to_none(obj: Any) -> Any:
     if isinstance(obj, dict):
         return {k: _nan_to_none(v) for k, v in obj.items()}
     return obj
+
+
+def session_metrics(records: Sequence[RequestRecord]) -> dict[str, float]:
+    """A level of multi-turn sessions beyond its requests: TTFT and prompt tokens by turn (turn n's
+    prompt holds every earlier turn and answer), and how long whole sessions took, think time included
+    (only sessions whose every turn completed: a failed turn ends its session)."""
+    turns: dict[int, list[RequestRecord]] = {}
+    sessions: dict[int, list[RequestRecord]] = {}
+    for r in records:
+        if r.turn is None or r.session is None:
+            continue
+        turns.setdefault(r.turn, []).append(r)
+        sessions.setdefault(r.session, []).append(r)
+    out: dict[str, float] = {}
+    for k, recs in sorted(turns.items()):
+        ok = [r for r in recs if r.ok]
+        ttft = LatencyStats.of(t for r in ok if (t := request_latencies(r)[1]) is not None)
+        out[f"ttft_ms_p50_turn{k}"], out[f"ttft_ms_mean_turn{k}"] = ttft.p50, ttft.mean
+        if ok:
+            out[f"prompt_tokens_mean_turn{k}"] = math.fsum(r.prompt_tokens for r in ok) / len(ok)
+    whole = [s for s in sessions.values() if all(r.ok for r in s)]  # a failed turn ends its session
+    durations = LatencyStats.of((max(r.end_ns for r in s) - min(r.start_ns for r in s)) / _NS_PER_MS for s in whole)
+    if sessions:
+        out.update(sessions=float(len(sessions)), sessions_completed=float(len(whole)),
+                   session_ms_mean=durations.mean, session_ms_p50=durations.p50, session_ms_p99=durations.p99)
+    return out

@@ -38,7 +38,8 @@ import httpx
 from autotuner.bench.client import RequestRecord, make_client, stream_request
 from autotuner.bench.metrics import LatencyStats, LevelResult, usage_note
 from autotuner.workloads import arrivals
-from autotuner.workloads.plan import LevelPlan
+from autotuner.workloads.plan import LevelPlan, body
+from autotuner.workloads.sessions import SessionPlan
 from autotuner.workloads.synthetic import ENDPOINT_PATHS, Workload, build_payloads, warmup_workload
 
 WORKER_START_TIMEOUT_S = 120.0  # spawning, importing and warming up one worker process
@@ -358,3 +359,52 @@ def format_level(result: LevelResult) -> str:
             lines.append(f"{count:>6} x {message}")
     lines.append("=" * width)
     return "\n".join(lines)
+
+
+async def _send_sessions(client: httpx.AsyncClient, url: str, model: str, plan: SessionPlan,
+                         max_concurrency: int | None, timeout_s: float) -> list[RequestRecord]:
+    """Every session of `plan`, at most `max_concurrency` at once: each turn sent with the history and
+    the answers the server gave, after the think time; a failed turn ends its session."""
+    records: list[RequestRecord] = []
+    order = iter(range(len(plan.sessions)))
+
+    async def one(i: int) -> None:
+        history: list[dict[str, str]] = []
+        for k, (user, max_tokens) in enumerate(plan.sessions[i], 1):
+            if k > 1 and plan.think_s:
+                await asyncio.sleep(plan.think_s)
+            request = body("chat", model, user, max_tokens, plan.sampling)
+            request["messages"] = [*history, {"role": "user", "content": user}]
+            answer: list[str] = []
+            record = await stream_request(client, url, json.dumps(request).encode(), endpoint="chat",
+                                          timeout_s=timeout_s, text=answer)
+            record.session, record.turn = i, k
+            records.append(record)
+            if not record.ok:
+                return
+            history += [{"role": "user", "content": user}, {"role": "assistant", "content": "".join(answer)}]
+
+    async def loop() -> None:
+        for i in order:
+            await one(i)
+
+    await asyncio.gather(*(loop() for _ in range(min(max_concurrency or len(plan.sessions), len(plan.sessions)))))
+    return records
+
+
+async def run_sessions(base_url: str, model: str, plan: SessionPlan, *, max_concurrency: int | None = None,
+                       warmup: SessionPlan | None = None, timeout_s: float = 300.0,
+                       ) -> tuple[LevelResult, list[RequestRecord]]:
+    """One load level of multi-turn sessions (workloads/sessions.py) on /v1/chat/completions: `max_concurrency`
+    sessions in flight (a closed loop: the next session starts when one ends). The result counts every
+    turn as a request; `session_metrics` adds TTFT by turn and the sessions' own durations."""
+    url = base_url.rstrip("/") + ENDPOINT_PATHS["chat"]
+    slots = min(max_concurrency or len(plan.sessions), max(len(plan.sessions), 1))
+    async with make_client(slots, timeout_s) as client:
+        if warmup is not None and warmup.sessions:
+            await _send_sessions(client, url, model, warmup, max_concurrency, timeout_s)
+        start_ns = perf_counter_ns()
+        records = await _send_sessions(client, url, model, plan, max_concurrency, timeout_s)
+        end_ns = perf_counter_ns()
+    records.sort(key=lambda r: (r.session or 0, r.turn or 0))
+    return _result(list(records), start_ns, end_ns, max_concurrency, None)

@@ -521,6 +521,9 @@ def cross_check(cfg: ExperimentConfig) -> None:
     if cfg.load.speedup and not cfg.workload.trace:
         raise FieldError("load.speedup", "a speed-up replays a trace's own timestamps: set workload.trace, or "
                                          "use max_concurrency or request_rate levels")
+    if cfg.workload.sessions and not cfg.load.max_concurrency:
+        raise FieldError("load", "sessions are measured at a number of sessions in flight: use max_concurrency "
+                                 "levels")
     if cfg.load.search and not cfg.objective.slo:
         raise FieldError("load.search", "the highest load that meets the SLO needs an SLO: set objective.slo "
                                         "(e.g. {ttft_ms_p99: 2000})")

@@ -19,7 +19,7 @@ from autotuner.workloads.dataset import Dataset, read_dataset
 from autotuner.workloads.errors import WorkloadFileError
 from autotuner.workloads.lengths import Lengths
 from autotuner.workloads.plan import Sampling
-from autotuner.workloads.source import DatasetSource, Source, SyntheticSource, TraceSource
+from autotuner.workloads.source import DatasetSource, SessionSource, Source, SyntheticSource, TraceSource
 from autotuner.workloads.trace import BLOCK_SIZE, Trace, read_trace
 
 
@@ -77,6 +77,15 @@ class TraceConfig(_Strict):
     duration_s: float | None = Field(None, gt=0, description="The window's length (default: to the end).")
 
 
+class SessionsConfig(_Strict):
+    """Multi-turn sessions: each turn sent with the history and the answers the server gave (chat)."""
+
+    turns: int | LengthsConfig = Field(3, description="Turns a session: a number or a distribution (generated "
+                                                      "sessions; a dataset's conversations have their own).")
+    think_time_s: float = Field(0.0, ge=0, description="Pause between an answer and the next turn.")
+    max_turns: int | None = Field(None, gt=0, description="At most this many turns of a dataset's conversation.")
+
+
 class WorkloadConfig(_Strict):
     endpoint: Literal["completions", "chat"] = "completions"
     num_prompts: int = Field(64, gt=0, description="Measured requests per load level (the most it sends; a "
@@ -105,11 +114,19 @@ class WorkloadConfig(_Strict):
                                              "(asked of its tokenize endpoint), so lengths are exact in its tokens.")
     dataset: DatasetConfig | None = Field(None, description="Prompts from a dataset file instead of synthetic ones.")
     trace: TraceConfig | None = Field(None, description="Requests (lengths, shared blocks, times) from a trace file.")
+    sessions: SessionsConfig | None = Field(
+        None, description="Multi-turn sessions (endpoint chat): num_prompts sessions a level, input_len and "
+                          "output_len per turn, or a ShareGPT dataset's conversations.")
 
     @model_validator(mode="after")
     def _consistent(self) -> WorkloadConfig:
         if self.dataset and self.trace:
             raise ValueError("give a dataset or a trace, not both")
+        if self.sessions and self.endpoint != "chat":
+            raise ValueError("sessions send the history as chat messages: set endpoint: chat")
+        if self.sessions and self.trace:
+            raise ValueError("a trace's sessions are in its hash_ids already: sessions take generated turns or a "
+                             "ShareGPT dataset")
         if (self.dataset or self.trace) and (self.shared_prefix_len or self.prefix_groups > 1):
             raise ValueError("shared_prefix_len and prefix_groups shape synthetic prompts: a dataset or trace "
                              "brings its own")
@@ -135,7 +152,7 @@ class WorkloadConfig(_Strict):
 
     @property
     def kind(self) -> str:
-        return "dataset" if self.dataset else "trace" if self.trace else "synthetic"
+        return "sessions" if self.sessions else "dataset" if self.dataset else "trace" if self.trace else "synthetic"
 
     def describe(self) -> str:
         """One line: where the requests come from and how they are sent."""
@@ -147,6 +164,13 @@ class WorkloadConfig(_Strict):
             window = ((f", from {t.start_s:g} s" if t.start_s else "")
                       + (f", {t.duration_s:g} s of it" if t.duration_s else ""))
             return f"trace {t.path} ({t.format}, {t.block_size}-token blocks{window}); {how}"
+        if self.sessions:
+            turns = self.sessions.turns
+            what = (f"the conversations of {self.dataset.path}" if self.dataset
+                    else f"{turns if isinstance(turns, int) else turns.lengths().describe()} turns of "
+                         f"{self.input_lengths.describe()} tokens, answers of {self.output_lengths.describe()}")
+            return (f"sessions, {self.num_prompts} a level: {what}, {self.sessions.think_time_s:g} s think time, "
+                    f"each turn with the history; {how}")
         if self.dataset:
             return f"dataset {self.dataset.path} ({self.dataset.format}), {self.num_prompts} requests a level; {how}"
         prefix = (f", a shared prefix of {self.shared_prefix_len} tokens in {self.prefix_groups} group(s)"
@@ -178,6 +202,15 @@ class WorkloadConfig(_Strict):
         """The workload's requests (`base`: the experiment file's folder; `levels`: the most a trial measures)."""
         if self.trace:
             return TraceSource(self.read_trace(base))
+        if self.sessions:
+            turns = self.sessions.turns
+            data = None
+            if self.dataset:
+                data = DatasetSource(self.read_dataset(base, levels), default_output=self.output_lengths.longest or 64,
+                                     warmup=self.warmup_requests, max_output=self.dataset.max_output_len)
+            return SessionSource(Lengths.fixed(turns) if isinstance(turns, int) else turns.lengths(),
+                                 self.input_lengths, self.output_lengths, self.sessions.think_time_s, self.seed,
+                                 data, self.sessions.max_turns)
         if self.dataset:
             return DatasetSource(self.read_dataset(base, levels), default_output=self.output_lengths.longest or 64,
                                  warmup=self.warmup_requests, max_output=self.dataset.max_output_len)

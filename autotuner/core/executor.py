@@ -26,8 +26,16 @@ import optuna
 from autotuner import quality
 from autotuner.bench.client import RequestRecord
 from autotuner.bench.gpu_telemetry import GpuTelemetrySampler
-from autotuner.bench.metrics import DROPPED_BEFORE, GOODPUT, LevelResult, dropped_only, goodput, usage_note
-from autotuner.bench.runner import run_level
+from autotuner.bench.metrics import (
+    DROPPED_BEFORE,
+    GOODPUT,
+    LevelResult,
+    dropped_only,
+    goodput,
+    session_metrics,
+    usage_note,
+)
+from autotuner.bench.runner import run_level, run_sessions
 from autotuner.bench.server_metrics import ServerMetricsSampler
 from autotuner.bench.server_metrics import summarize as summarize_samples
 from autotuner.bench.spread import spread_metrics
@@ -46,6 +54,7 @@ from autotuner.node.pool import Leases, PoolTooSmall
 from autotuner.stages import moe_log
 from autotuner.util.interrupts import StopRequests
 from autotuner.workloads.plan import LevelPlan
+from autotuner.workloads.sessions import SessionPlan
 
 LOG_TAIL_LINES = 30
 TRANSIENT_FAILURES = frozenset({"startup-timeout", "client-errors"})  # may be the machine: measured once more
@@ -210,7 +219,10 @@ class TrialExecutor:
             first = self.cfg.load.levels()[0]
             # a trace's speed-up is a schedule: the warm-up sends its few requests at once instead
             load = {"max_concurrency": len(warmup)} if "speedup" in first else first
-            warm, _ = await run_level(handle.base_url, model, warmup, timeout_s=self._timeout(first), **load)
+            if isinstance(warmup, SessionPlan):
+                warm, _ = await run_sessions(handle.base_url, model, warmup, timeout_s=self._timeout(first), **load)
+            else:
+                warm, _ = await run_level(handle.base_url, model, warmup, timeout_s=self._timeout(first), **load)
             self._rate = warm.output_tok_per_s if warm.completed else None
             timings["warmup_s"] = time.perf_counter() - t
             self._check_stop("after warming up")
@@ -294,7 +306,8 @@ class TrialExecutor:
                        GOODPUT: goodput(records, result.duration_s, objective.slo),
                        **summarize_samples(sampler.level_samples(step), self.engine.name),
                        **self.gpu_telemetry.level_metrics(step), **({DROPPED_BEFORE: dropped} if dropped else {}),
-                       **prompt_token_metrics(requests, result)}
+                       **(session_metrics(records) if isinstance(requests, SessionPlan)
+                          else prompt_token_metrics(requests, result))}
             if note := usage_note(result):
                 progress.note(f"    warning at {level_text(level)}: {note}")
             if result.client_limited:
@@ -345,11 +358,14 @@ class TrialExecutor:
                                level_metrics=level_metrics, transient=near)
         return TrialResult("COMPLETE", values=values, levels=results, level_metrics=level_metrics)
 
-    async def _run_level(self, handle: Handle, requests: LevelPlan, level: dict[str, Any], timeout_s: float,
-                         sampler: ServerMetricsSampler) -> tuple[LevelResult, list[RequestRecord]]:
+    async def _run_level(self, handle: Handle, requests: LevelPlan | SessionPlan, level: dict[str, Any],
+                         timeout_s: float, sampler: ServerMetricsSampler) -> tuple[LevelResult, list[RequestRecord]]:
         sampler.mark()
         self.gpu_telemetry.mark()
         load = self.cfg.load
+        if isinstance(requests, SessionPlan):
+            return await run_sessions(handle.base_url, handle.spec.served_model_name, requests, timeout_s=timeout_s,
+                                      **level)
         return await run_level(handle.base_url, handle.spec.served_model_name, requests, timeout_s=timeout_s,
                                duration_s=self.cfg.workload.duration_s, arrival=load.arrival,
                                burstiness=load.burstiness, seed=self.cfg.workload.seed, workers=load.workers, **level)

@@ -15,7 +15,8 @@ from dataclasses import replace
 from autotuner.bench.tokenize import TokenizeEndpoint, count_tokens, one_token_words, special_tokens
 from autotuner.config.workload import WorkloadConfig
 from autotuner.workloads.plan import BUILTIN, LevelPlan, Vocabulary, render
-from autotuner.workloads.source import DatasetSource, Source
+from autotuner.workloads.sessions import SessionPlan, render_sessions
+from autotuner.workloads.source import DatasetSource, SessionSource, Source
 
 
 def stream(step: int, again: bool = False) -> str:
@@ -49,14 +50,16 @@ class Traffic:
                 specials = await special_tokens(base_url, self.tokenize, model)
                 self.vocab = Vocabulary(words, exact=True, specials=specials,
                                         source=f"{len(words)} words of one token each on the served model")
-        if isinstance(self.source, DatasetSource) and self.tokenize is not None:
-            texts = [t for e in self.source.dataset.entries for t in (e.prompt, e.answer) if t is not None]
+        data = self.source.dataset if isinstance(self.source, SessionSource) else self.source
+        if isinstance(data, DatasetSource) and self.tokenize is not None:
+            texts = [t for e in data.dataset.entries for t in (e.prompt, e.answer, *(x for r in e.rounds for x in r))
+                     if t is not None]
             counts = await count_tokens(base_url, self.tokenize, model, texts)
             if counts is None:
                 notes.append("the dataset's lengths could not be counted in the model's tokens: outputs without a "
                              "length in the file are workload.output_len")
             else:
-                self.source.token_counts.update(counts)
+                data.token_counts.update(counts)
         for step in range(levels):
             if isinstance(self.source, DatasetSource) and self.source.wraps(stream(step), self.count):
                 notes.append(f"the dataset has {len(self.source.dataset.entries)} prompts: level {step + 1} sends some "
@@ -74,11 +77,23 @@ class Traffic:
         exact = plan.exact and (not isinstance(self.source, DatasetSource) or plan.requested_input_tokens is not None)
         return replace(plan, exact=exact)
 
-    def warmup(self, model: str) -> LevelPlan | None:
-        n = self.workload.warmup_requests
-        return self._render("warmup", n, model) if n else None
+    def _sessions(self, name: str, n: int) -> SessionPlan:
+        assert isinstance(self.source, SessionSource)
+        w = self.workload
+        return render_sessions(self.source.sessions(name, n), vocab=self.vocab or BUILTIN, sampling=w.sampling_params,
+                               think_s=self.source.think_s, salt=f"{w.seed}/{name}")
 
-    def level(self, step: int, model: str, again: bool = False) -> LevelPlan:
+    def warmup(self, model: str) -> LevelPlan | SessionPlan | None:
+        n = self.workload.warmup_requests
+        if not n:
+            return None
+        if isinstance(self.source, SessionSource):
+            return self._sessions("warmup", n)
+        return self._render("warmup", n, model)
+
+    def level(self, step: int, model: str, again: bool = False) -> LevelPlan | SessionPlan:
+        if isinstance(self.source, SessionSource):
+            return self._sessions(stream(step, again), self.count)
         return self._render(stream(step, again), self.count, model)
 
     def mean_output_len(self) -> float:

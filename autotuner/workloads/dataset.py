@@ -33,6 +33,7 @@ class Entry:
     prompt: str
     output_tokens: int | None  # given by the file
     answer: str | None = None  # a reference answer whose length sets the output (ShareGPT)
+    rounds: tuple[tuple[str, str], ...] = ()  # every (human turn, its answer) of a conversation, in order
 
 
 @dataclass(frozen=True)
@@ -74,17 +75,19 @@ def _sharegpt_entry(path: Path, line: int, obj: Any) -> Entry | None:
     if not isinstance(turns, list):
         raise WorkloadFileError(path, "expected a ShareGPT conversation: an object with a 'conversations' list",
                                 line=line, field="conversations")
+    rounds: list[tuple[str, str]] = []
     for k, turn in enumerate(turns[:-1]):
         if not isinstance(turn, dict) or "value" not in turn:
             raise WorkloadFileError(path, "each turn needs 'from' and 'value'", line=line, field=f"conversations[{k}]")
-        if turn.get("from") in ("human", "user"):
-            answer = turns[k + 1]
-            if not isinstance(answer, dict) or not isinstance(answer.get("value"), str):
-                return None
-            if not isinstance(turn["value"], str) or not turn["value"].strip() or not answer["value"].strip():
-                return None
-            return Entry(turn["value"], None, answer["value"])
-    return None
+        answer = turns[k + 1]
+        if turn.get("from") not in ("human", "user") or not isinstance(answer, dict):
+            continue
+        asked, said = turn["value"], answer.get("value")
+        if isinstance(asked, str) and isinstance(said, str) and asked.strip() and said.strip():
+            rounds.append((asked, said))
+    if not rounds:
+        return None
+    return Entry(rounds[0][0], None, rounds[0][1], tuple(rounds))
 
 
 def read_dataset(path: Path, fmt: Format, *, limit: int | None = None) -> Dataset:

@@ -25,6 +25,7 @@ from autotuner.workloads import arrivals
 from autotuner.workloads.dataset import Dataset, dataset_specs
 from autotuner.workloads.lengths import Lengths
 from autotuner.workloads.plan import RequestSpec
+from autotuner.workloads.sessions import Session, dataset_sessions, generated_sessions, session_shape
 from autotuner.workloads.synthetic import synthetic_specs
 from autotuner.workloads.trace import Trace, trace_specs
 
@@ -218,3 +219,44 @@ class TraceSource:
     @property
     def path(self) -> Path:
         return self.trace.path
+
+
+@dataclass
+class SessionSource:
+    """Multi-turn sessions (workloads/sessions.py): generated, or a dataset's conversations in its order."""
+
+    turns: Lengths
+    input_len: Lengths
+    output_len: Lengths
+    think_s: float = 0.0
+    seed: int = 0
+    dataset: DatasetSource | None = None
+    max_turns: int | None = None
+    kind: str = "sessions"
+    timed: bool = False
+
+    def sessions(self, stream: str, n: int) -> list[Session]:
+        if self.dataset is not None:
+            d = self.dataset
+            entries = d.dataset.entries
+            first = d.start(stream, n)
+            picked = [entries[(first + k) % len(entries)] for k in range(n)]
+            return dataset_sessions(picked, token_counts=d.token_counts, default_output=d.default_output,
+                                    max_output=d.max_output, max_turns=self.max_turns)
+        return generated_sessions(n, turns=self.turns, input_len=self.input_len, output_len=self.output_len,
+                                  seed=self.seed, stream=stream)
+
+    def specs(self, stream: str, n: int) -> list[RequestSpec]:
+        """Every turn's new message (what the quality of a session's lengths is judged by)."""
+        return [t for s in self.sessions(stream, n) for t in s.turns]
+
+    def shape(self, streams: Sequence[str], n: int) -> Shape:
+        prompts, outputs, reuse = session_shape([s for stream in streams for s in self.sessions(stream, n)])
+        turns = (f"a conversation's rounds (at most {self.max_turns})" if self.dataset is not None and self.max_turns
+                 else "a conversation's rounds" if self.dataset is not None else f"{self.turns.describe()} turns")
+        if len(prompts) != len(outputs) or not prompts:
+            outputs = [t.output_tokens for stream in streams for t in self.specs(stream, n)]
+        return Shape(kind=self.kind, requests=len(outputs), input_tokens=tuple(prompts), output_tokens=tuple(outputs),
+                     prefix_reuse=reuse, notes=(f"sessions of {turns}, each turn sent with the history and the "
+                                                f"answers the server gave, {self.think_s:g} s think time between "
+                                                "turns",))

@@ -103,3 +103,20 @@ def test_synthetic_lengths_from_a_distribution_are_exact(tmp_path, llama_server,
     (level,) = baseline.user_attrs["levels"]
     assert level["completed"] == 16 and abs(level["prompt_tokens_measured_ratio"] - 1) < 0.01, level
     assert level["offered_rate"] == pytest.approx(8, rel=0.2)  # rescaled to the rate it names
+
+
+def test_sessions_send_each_turn_with_the_answers_the_server_gave(tmp_path, llama_server, tiny_model):
+    (baseline, _) = study(tmp_path, llama_server, tiny_model,
+                          "{endpoint: chat, num_prompts: 4, input_len: 30, output_len: 12, warmup_requests: 1, "
+                          "sessions: {turns: 3, think_time_s: 0.1}}",
+                          "{max_concurrency: [2]}")
+    assert baseline.user_attrs["failure_class"] is None, baseline.user_attrs["failure_reason"]
+    (level,) = baseline.user_attrs["levels"]
+    assert level["completed"] == 12 and level["sessions_completed"] == 4  # 4 sessions of 3 turns
+    # the server counted each turn's history: the earlier messages and the 12-token answers it gave
+    first, second, third = (level[f"prompt_tokens_mean_turn{k}"] for k in (1, 2, 3))
+    assert second - first >= 30 + 12 and third - second >= 30 + 12, level
+    assert level["session_ms_p50"] >= 2 * 100  # two think times at least
+    records = [json.loads(line) for line in (tmp_path / "results" / "traffic" / "trial-0000" / "requests.jsonl").open()]
+    assert sorted({(r["session"], r["turn"]) for r in records if r.get("level") == 0}) == \
+        [(s, t) for s in range(4) for t in (1, 2, 3)]

@@ -111,6 +111,11 @@ CASES = {
     "speedup-without-trace": (EXP + "load: {speedup: [1, 2]}\n", SPACE,
                               "{exp}: field 'load.speedup': a speed-up replays a trace's own timestamps: set "
                               "workload.trace, or use max_concurrency or request_rate levels"),
+    "sessions-not-chat": (EXP + "workload: {sessions: {turns: 2}}\n", SPACE,
+                          "{exp}: field 'workload': sessions send the history as chat messages: set endpoint: chat"),
+    "sessions-at-a-rate": (EXP + "workload: {endpoint: chat, sessions: {turns: 2}}\nload: {request_rate: [2]}\n",
+                           SPACE, "{exp}: field 'load': sessions are measured at a number of sessions in flight: use "
+                                  "max_concurrency levels"),
     "space-unknown-engine-param": (EXP, SPACE + "  n_gpu_layers: {type: int, low: 0, high: 99}\n",
                                    "{space}: field 'params': 'n_gpu_layers' is not a llamacpp param (known: batch_size, cache_reuse, cache_type_k, cache_type_v, cont_batching, ctx_size, flash_attn, kv_unified, load_mode, parallel, rope_freq_base, threads, threads_batch, ubatch_size)"),
     "space-value-engine-rejects": (EXP, SPACE.replace("['on', 'off']", "['on', 'yes']"),

@@ -214,3 +214,40 @@ def test_the_shipped_sample_files_read_back(tmp_path: Path) -> None:
     assert len(read_dataset(tmp_path / "prompts.jsonl", "jsonl").entries) == 200
     assert any("#" in line for line in histogram(list(shape.input_tokens)))
     assert not math.isnan(statistics.fmean(shape.input_tokens))
+
+
+# --- multi-turn sessions ----------------------------------------------------------------------------
+
+def test_generated_sessions_are_reproducible_and_grow_turn_by_turn() -> None:
+    from autotuner.workloads.sessions import generated_sessions, render_sessions, session_shape
+
+    def make(stream: str) -> list:
+        return generated_sessions(5, turns=Lengths("uniform", min=2, max=4), input_len=Lengths.fixed(30),
+                                  output_len=Lengths.fixed(10), seed=3, stream=stream)
+    sessions = make("level-0")
+    assert sessions == make("level-0") and sessions != make("level-1")
+    assert all(2 <= len(s.turns) <= 4 for s in sessions)
+    prompts, outputs, reuse = session_shape(sessions[:1])
+    # turn k's prompt: every earlier message and answer (40 tokens a round) and its own 30
+    assert prompts == [30 + 40 * k for k in range(len(sessions[0].turns))] and set(outputs) == {10}
+    assert reuse == pytest.approx(sum(40 * k for k in range(len(prompts))) / sum(prompts))
+    plan = render_sessions(sessions, vocab=BUILTIN, sampling=Sampling(), think_s=0.5, salt="level-0")
+    assert len(plan) == sum(len(s.turns) for s in sessions) and plan.think_s == 0.5
+    messages = [user for s in plan.sessions for user, _ in s]
+    assert len(set(messages)) == len(messages) and all(len(m.split(" ")) == 30 for m in messages)
+
+
+def test_sharegpt_rounds_become_a_sessions_turns(tmp_path: Path) -> None:
+    from autotuner.workloads.sessions import dataset_sessions
+
+    path = tmp_path / "s.json"
+    path.write_text(json.dumps([{"conversations": [
+        {"from": "human", "value": "first"}, {"from": "gpt", "value": "one two"},
+        {"from": "human", "value": "second"}, {"from": "gpt", "value": "three four five"},
+        {"from": "human", "value": "third, unanswered"}]}]))
+    (entry,) = read_dataset(path, "sharegpt").entries
+    assert entry.rounds == (("first", "one two"), ("second", "three four five"))
+    (session,) = dataset_sessions([entry], token_counts={"one two": 2, "three four five": 3}, default_output=9)
+    assert [(t.text, t.output_tokens) for t in session.turns] == [("first", 2), ("second", 3)]
+    (capped,) = dataset_sessions([entry], token_counts={}, default_output=9, max_turns=1)
+    assert [(t.text, t.output_tokens) for t in capped.turns] == [("first", 9)]
