@@ -99,6 +99,9 @@ class WorkloadConfig(_Strict):
     output_len: int | LengthsConfig = Field(
         64, description="Generated tokens per request: a number or a distribution (a dataset: its default).")
     warmup_requests: int = Field(4, ge=0, description="Unmeasured requests sent before each trial.")
+    level_warmup: bool = Field(True, description="Before each concurrency level after the first, as many unmeasured "
+                                                 "requests as its concurrency, at that concurrency: a level's batch "
+                                                 "sizes are warm before they count.")
     request_timeout_s: float | None = Field(
         None, gt=0, description="Seconds one request may take (unset: from each level's load and the rate the "
                                 "config just showed, and the SLO; see autotuner/core/timeouts.py).")

@@ -285,6 +285,7 @@ class TrialExecutor:
             progress.phase(f"measuring {level_text(level)}{of} ({self.traffic.count} requests{within})")
             timeout_s = self._timeout(level)
             model = handle.spec.served_model_name
+            await self._warm_level(handle, step, level, timeout_s, progress)
             requests = self.traffic.level(step, model)
             result, records = await self._run_level(handle, requests, level, timeout_s, sampler)
             # A dropped connection may be a passing fault: only a level that drops requests again ends the
@@ -357,6 +358,20 @@ class TrialExecutor:
             return TrialResult("FAIL", levels=results, failure_class="slo-violated", reason=str(e),
                                level_metrics=level_metrics, transient=near)
         return TrialResult("COMPLETE", values=values, levels=results, level_metrics=level_metrics)
+
+    async def _warm_level(self, handle: Handle, step: int, level: dict[str, Any], timeout_s: float,
+                          progress: Progress) -> None:
+        """A concurrency level after the first is warmed at its own concurrency (the trial's warm-up ran at
+        the first's): the batch sizes it brings pay their first-use costs before anything counts."""
+        concurrency = int(level.get("max_concurrency") or 0)
+        if not self.cfg.workload.level_warmup or step == 0 or concurrency < 1:
+            return
+        warm = self.traffic.level_warmup(step, min(concurrency, self.traffic.count), handle.spec.served_model_name)
+        if warm is None:
+            return
+        progress.phase(f"warming up {level_text(level)} ({len(warm)} requests)")
+        await run_level(handle.base_url, handle.spec.served_model_name, warm, max_concurrency=concurrency,
+                        timeout_s=timeout_s)
 
     async def _run_level(self, handle: Handle, requests: LevelPlan | SessionPlan, level: dict[str, Any],
                          timeout_s: float, sampler: ServerMetricsSampler) -> tuple[LevelResult, list[RequestRecord]]:

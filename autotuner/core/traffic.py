@@ -96,6 +96,12 @@ class Traffic:
             return self._sessions(stream(step, again), self.count)
         return self._render(stream(step, again), self.count, model)
 
+    def level_warmup(self, step: int, n: int, model: str) -> LevelPlan | None:
+        """Unmeasured requests before level `step` (prompts of their own); None for sessions."""
+        if isinstance(self.source, SessionSource) or n < 1:
+            return None
+        return self._render(f"level-{step}-warmup", n, model)
+
     def mean_output_len(self) -> float:
         """The mean output length of a level's requests (what a request's timeout follows)."""
         return statistics.fmean(s.output_tokens for s in self.source.specs(stream(0), self.count))

@@ -168,8 +168,8 @@ class DatasetSource:
     timed: bool = False
 
     def start(self, stream: str, n: int) -> int:
-        if stream == "warmup":
-            return 0
+        if stream == "warmup" or stream.endswith("-warmup"):
+            return 0  # warm-ups take the first prompts: never measured, they may be sent again
         k, again = stream_index(stream)
         return self.warmup + (2 * k + again) * n
 

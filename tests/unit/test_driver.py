@@ -62,10 +62,11 @@ ITL = "  itl_ms: {type: categorical, choices: [5]}\n"
 
 
 def test_a_level_where_the_server_dropped_a_request_is_measured_once_more(tmp_path):
-    # Streams 1-16 are the first level, 17-32 the second; 20 drops, and its re-measurement (33-48) drops none.
+    # Streams 1-16 are the first level, 17-20 the second's warm-up (at its concurrency), 21-36 the second
+    # level; 24 drops, and its re-measurement (37-52) drops none.
     # (The first 4 of a level open new connections: one dropped on a reused connection would be resent.
     # 5 ms between tokens: none of the first 4 ends before the 4th connects.)
-    trials, out = study(tmp_path, "  drop_streams: {type: categorical, choices: ['20']}\n" + ITL,
+    trials, out = study(tmp_path, "  drop_streams: {type: categorical, choices: ['24']}\n" + ITL,
                         WORK + "load: {max_concurrency: [2, 4]}\nconfirm: {top_k: 0}\n", 1, ", baseline: false")
     (t,) = trials
     levels = t.user_attrs["levels"]
@@ -76,7 +77,7 @@ def test_a_level_where_the_server_dropped_a_request_is_measured_once_more(tmp_pa
 
 
 def test_a_level_that_drops_requests_again_ends_the_sweep(tmp_path):
-    trials, out = study(tmp_path, "  drop_streams: {type: categorical, choices: ['20 35']}\n" + ITL,
+    trials, out = study(tmp_path, "  drop_streams: {type: categorical, choices: ['24 39']}\n" + ITL,
                         WORK + "load: {max_concurrency: [2, 4]}\nconfirm: {top_k: 0}\n", 1, ", baseline: false")
     (t,) = trials
     levels = t.user_attrs["levels"]
