@@ -533,6 +533,36 @@ def best(
         typer.echo(text, nl=False)
 
 
+@app.command()
+def transfer(
+    experiment: Path = _READ_EXPERIMENT,
+    to: list[Path] = typer.Option(..., "--to", help="Another experiment of the same engine and model: its "
+                                                    "workload, load and objective (repeat --to for more)."),
+    repeats: int = typer.Option(2, "--repeats", min=1, help="Rounds of winner-then-defaults launches each."),
+    storage: str | None = _READ_STORAGE,
+    study: str | None = _READ_STUDY,
+    results: Path = typer.Option(Path("results"), "--results",
+                                 help="Where the launches' folders and transfer.json go."),
+) -> None:
+    """Does the winner still win on other traffic? It and the engine defaults, interleaved, on other workloads."""
+    from autotuner import report as rep
+    from autotuner.config import ConfigError
+    from autotuner.core import transfer as tr
+
+    optuna_study, exp = _study_for_reading(experiment, storage, study)
+    summary = rep.summarize(optuna_study, exp.config.objective.metric, top_k=1, importances=False)
+    pick = summary.contender or summary.best  # defaults kept: what the best tuned config does elsewhere
+    if pick is None or pick.baseline:
+        _fail(f"study '{optuna_study.study_name}' has no tuned configuration that completed: nothing to transfer")
+    try:
+        lines, written = tr.run(exp, to, pick.number, pick.params, repeats=repeats,
+                                workdir=results / optuna_study.study_name)
+    except ConfigError as e:
+        _fail(str(e))
+    typer.echo("\n".join(lines))
+    typer.echo(f"wrote {written}", err=True)
+
+
 def _version(optuna_study, number: int) -> str:
     """The engine version a trial ran (for image tags); 'latest' when unknown."""
     version = optuna_study.trials[number].user_attrs.get("engine_version") or "unknown"

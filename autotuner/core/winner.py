@@ -99,7 +99,7 @@ def decide(candidates: Sequence[Candidate], direction: str) -> Verdict:
     base_value = statistics.median(baseline.measured) if baseline is not None and base_ok else None
     gain_range = gain_low = None
     if baseline is not None and base_ok:
-        gain_range = _range(winner.measured, baseline.measured, sign)
+        gain_range = pairing_range(winner.measured, baseline.measured, sign)
         gain_low = paired_low(winner.measured, baseline.measured, sign)
     gain = _gain(value, base_value, sign)
     runner_up = next((c for c in by_median[1:] if c is not winner), None)
@@ -120,7 +120,7 @@ def paired_low(values: Sequence[float], others: Sequence[float], sign: float) ->
     return min(gains) if gains else None
 
 
-def _range(values: Sequence[float], others: Sequence[float], sign: float) -> tuple[float, float] | None:
+def pairing_range(values: Sequence[float], others: Sequence[float], sign: float) -> tuple[float, float] | None:
     pairs = [g for a in values for b in others if (g := _gain(a, b, sign)) is not None]
     return (min(pairs), max(pairs)) if pairs else None
 
