@@ -35,7 +35,7 @@ from typing import Any, Literal
 
 import httpx
 
-from autotuner.bench.transport import _DROPPED, TIMED_STREAM_EXTENSION, LoadgenTransport
+from autotuner.bench.transport import DROPPED_ERRORS, TIMED_STREAM_EXTENSION, LoadgenTransport
 
 ERROR_SNIPPET_CHARS = 300  # how much of an error body or message a record keeps
 
@@ -79,7 +79,7 @@ class RequestRecord:
     def dropped(self) -> bool:
         """The server closed the connection, with no answer or part of one: neither a status, an error
         event nor a timeout (the transport's errors below)."""
-        return self.error is not None and self.error.lower().startswith(_DROPPED)
+        return self.error is not None and self.error.lower().startswith(DROPPED_ERRORS)
 
     def to_json(self) -> dict[str, Any]:
         return asdict(self)

@@ -35,8 +35,10 @@ from autotuner.bench.client import RequestRecord
 
 MAX_ERROR_SAMPLES = 5  # distinct error messages a LevelResult keeps (with their counts)
 # On an open schedule (a rate or a trace, no concurrency limit) a request leaves late only when the
-# client's event loop falls behind: past this p99 lateness the level measured the load generator.
-CLIENT_LAG_MS = 50.0
+# client's event loop falls behind: past this p99 lateness the level measured the load generator. One
+# core keeps a 50 req/s replay within 1.3 ms at p99 (benchmarks/traffic_loadgen.py): 200 ms is a client
+# far past its capacity, not a busy machine.
+CLIENT_LAG_MS = 200.0
 CLIENT_LIMITED = "client_limited"
 _NS_PER_MS = 1e6
 _STAT_NAMES = ("mean", "p50", "p90", "p99", "max")

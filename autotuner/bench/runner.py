@@ -55,12 +55,9 @@ class _Plan:
     warmup_bodies: tuple[bytes, ...]
     max_concurrency: int | None
     arrivals_s: tuple[float, ...] | None  # when each body is due, from the measured phase's start (None: at once)
+    offered_rate: float | None  # the requests/s that schedule offers
     timeout_s: float
     duration_s: float | None = None  # no request starts after this long into the measured phase
-
-
-def _endpoint(path: str) -> str:
-    return next((name for name, p in ENDPOINT_PATHS.items() if p == path), "completions")
 
 
 def _plan(base_url: str, model: str, workload: Workload | LevelPlan, *, max_concurrency: int | None,
@@ -77,6 +74,8 @@ def _plan(base_url: str, model: str, workload: Workload | LevelPlan, *, max_conc
         raise ValueError(f"duration_s must be > 0 or None, got {duration_s}")
     # Encode once, here: JSON encoding is not part of what a request costs the server.
     if isinstance(workload, LevelPlan):
+        if warmup_requests:
+            raise ValueError("a level plan brings its warm-up as a plan of its own (warmup=), not warmup_requests")
         path, bodies = workload.path, tuple(json.dumps(p).encode() for p in workload.bodies)
         warm = tuple(json.dumps(p).encode() for p in warmup.bodies) if warmup is not None else ()
     else:
@@ -84,16 +83,22 @@ def _plan(base_url: str, model: str, workload: Workload | LevelPlan, *, max_conc
         # Prompts no measured request sends: no prefix-cache head start (workload.warmup_workload).
         warm = tuple(json.dumps(p).encode() for p in build_payloads(warmup_workload(workload, warmup_requests), model)
                      ) if warmup_requests else ()
+    offered = None
     if speedup is not None:
         if not isinstance(workload, LevelPlan) or workload.arrivals_s is None:
             raise ValueError("a speed-up replays a trace's own times: this workload has none")
-        due: tuple[float, ...] | None = tuple(arrivals.scaled(workload.arrivals_s, speedup))
+        replay = tuple(arrivals.scaled(workload.arrivals_s, speedup))
+        due: tuple[float, ...] | None = replay
+        offered = arrivals.offered_rate(replay, gap_first=False)
     elif request_rate is None or math.isinf(request_rate):
         due = None
     else:
-        due = tuple(arrivals.schedule(len(bodies), request_rate, seed=seed, pattern=arrival, burstiness=burstiness))
-    return _Plan(url=base_url.rstrip("/") + path, endpoint=_endpoint(path), bodies=bodies, warmup_bodies=warm,
-                 max_concurrency=max_concurrency, arrivals_s=due, timeout_s=timeout_s, duration_s=duration_s)
+        scheduled = tuple(arrivals.schedule(len(bodies), request_rate, seed=seed, pattern=arrival,
+                                            burstiness=burstiness))
+        due, offered = scheduled, arrivals.offered_rate(scheduled, gap_first=True)
+    return _Plan(url=base_url.rstrip("/") + path, endpoint=workload.endpoint, bodies=bodies, warmup_bodies=warm,
+                 max_concurrency=max_concurrency, arrivals_s=due, offered_rate=offered, timeout_s=timeout_s,
+                 duration_s=duration_s)
 
 
 def _connections_needed(plan: _Plan) -> int:
@@ -211,16 +216,16 @@ async def run_level(
         return await asyncio.to_thread(run_level_sync, base_url, model, workload, workers=workers, **options)  # type: ignore[arg-type]
     plan = _plan(base_url, model, workload, **options)  # type: ignore[arg-type]
     records, start_ns, end_ns = await _run_plan(plan, client)
-    return _result(records, start_ns, end_ns, max_concurrency, request_rate, plan.arrivals_s)
+    return _result(records, start_ns, end_ns, max_concurrency, request_rate, plan.offered_rate)
 
 
 def _result(records: list[RequestRecord | None], start_ns: int, end_ns: int, max_concurrency: int | None,
-            request_rate: float | None, arrivals_s: tuple[float, ...] | None = None,
+            request_rate: float | None, offered_rate: float | None = None,
             ) -> tuple[LevelResult, list[RequestRecord]]:
     sent = [r for r in records if r is not None]
     result = LevelResult.from_records(sent, (end_ns - start_ns) / 1e9, max_concurrency=max_concurrency,
                                       request_rate=request_rate,
-                                      offered_rate=arrivals.offered_rate(arrivals_s) if arrivals_s else None)
+                                      offered_rate=offered_rate)
     return result, sent
 
 
@@ -314,7 +319,7 @@ def run_level_sync(
         records[k::workers] = [RequestRecord.from_json(r) if r else None for r in recs]
     start_ns = min(o[1] for o in outputs.values())
     end_ns = max(o[2] for o in outputs.values())
-    return _result(records, start_ns, end_ns, max_concurrency, request_rate, plan.arrivals_s)
+    return _result(records, start_ns, end_ns, max_concurrency, request_rate, plan.offered_rate)
 
 
 def _fmt(value: float, spec: str = ".2f") -> str:

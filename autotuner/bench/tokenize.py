@@ -17,8 +17,7 @@ from __future__ import annotations
 import asyncio
 import random
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass
-from typing import Any
+from typing import Any, Protocol
 
 import httpx
 
@@ -26,15 +25,19 @@ CONCURRENCY = 16
 CHECK_WORDS = 256  # the length of the prompt that checks the words found
 
 
-@dataclass(frozen=True)
-class TokenizeEndpoint:
-    """How a server tokenizes: POST `path` with {text_field: text, special_field: whether to add the
-    special tokens (BOS) a prompt gets} (and "model" when asked); the answer's "tokens" is a list."""
+class TokenizeEndpoint(Protocol):
+    """How a server tokenizes (the engine adapter says: engines/_base.TokenizeEndpoint): POST `path`
+    with {text_field: text, special_field: whether to add the special tokens (BOS) a prompt gets} (and
+    "model" when asked); the answer's "tokens" is a list."""
 
-    path: str = "/tokenize"
-    text_field: str = "prompt"
-    special_field: str = "add_special_tokens"
-    with_model: bool = True
+    @property
+    def path(self) -> str: ...
+    @property
+    def text_field(self) -> str: ...
+    @property
+    def special_field(self) -> str: ...
+    @property
+    def with_model(self) -> bool: ...
 
 
 async def _count(client: httpx.AsyncClient, url: str, endpoint: TokenizeEndpoint, model: str, text: str,

@@ -34,7 +34,7 @@ TIMED_STREAM_EXTENSION = "autotuner.timed_stream"
 
 # A record's error, lower-cased, when the server closed the connection before the response ended
 # (RequestRecord.dropped). httpx's own transport (https) words the first two alike, not its ReadErrors.
-_DROPPED = ("remoteprotocolerror: server disconnected", "remoteprotocolerror: peer closed connection",
+DROPPED_ERRORS = ("remoteprotocolerror: server disconnected", "remoteprotocolerror: peer closed connection",
             "readerror: connection lost")
 
 _MAX_HEAD_BYTES = 64 * 1024

@@ -434,6 +434,9 @@ def cross_check(cfg: ExperimentConfig) -> None:
     if cfg.load.speedup and not cfg.workload.trace:
         raise FieldError("load.speedup", "a speed-up replays a trace's own timestamps: set workload.trace, or "
                                          "use max_concurrency or request_rate levels")
+    if cfg.workload.sessions and (cfg.workload.duration_s or cfg.load.workers > 1):
+        raise FieldError("workload.sessions", "sessions are measured whole, by one load generator process: "
+                                              "workload.duration_s and load.workers do not apply")
     if cfg.workload.sessions and not cfg.load.max_concurrency:
         raise FieldError("load", "sessions are measured at a number of sessions in flight: use max_concurrency "
                                  "levels")

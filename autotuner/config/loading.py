@@ -44,7 +44,7 @@ def _one_line(path: Path, err: ValidationError, model: type[BaseModel]) -> Confi
     if first["type"] in ("int_type", "int_parsing", "float_type", "float_parsing") and isinstance(first["input"], dict):
         first = next((e for e in errors[1:] if e["loc"][:len(first["loc"]) - 1] == first["loc"][:-1]), first)
     # Discriminated unions put the tag into the location; users never wrote it, so drop it.
-    tags = {"int", "float", "categorical", "bool", "LengthsConfig"}
+    tags = {"int", "float", "categorical", "bool", "LengthsConfig", "constrained-int"}
     loc = [str(p) for p in first["loc"] if not (isinstance(p, str) and (p in tags or p.startswith("function-")))]
     if loc[:1] == ["advisors"] and len(loc) > 2:  # an advisor entry's tag: "name", or "llm" (then written twice)
         loc = loc[:2] + loc[3:]

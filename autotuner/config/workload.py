@@ -12,7 +12,7 @@ import functools
 from pathlib import Path
 from typing import Literal
 
-from pydantic import Field, model_validator
+from pydantic import Field, PositiveInt, model_validator
 
 from autotuner.config._base import ConfigError, _Strict
 from autotuner.workloads.dataset import Dataset, read_dataset
@@ -80,7 +80,7 @@ class TraceConfig(_Strict):
 class SessionsConfig(_Strict):
     """Multi-turn sessions: each turn sent with the history and the answers the server gave (chat)."""
 
-    turns: int | LengthsConfig = Field(3, description="Turns a session: a number or a distribution (generated "
+    turns: PositiveInt | LengthsConfig = Field(3, description="Turns a session: a number or a distribution (generated "
                                                       "sessions; a dataset's conversations have their own).")
     think_time_s: float = Field(0.0, ge=0, description="Pause between an answer and the next turn.")
     max_turns: int | None = Field(None, gt=0, description="At most this many turns of a dataset's conversation.")
@@ -94,9 +94,9 @@ class WorkloadConfig(_Strict):
         None, gt=0, description="Bound each load level by time too: no request starts after this many seconds "
                                 "(those in flight finish). A level ends after num_prompts requests or about "
                                 "duration_s, whichever comes first; every config gets the same prompts in order.")
-    input_len: int | LengthsConfig = Field(
+    input_len: PositiveInt | LengthsConfig = Field(
         128, description="Prompt tokens: a number, or a distribution {dist, mean, stddev, min, max}.")
-    output_len: int | LengthsConfig = Field(
+    output_len: PositiveInt | LengthsConfig = Field(
         64, description="Generated tokens per request: a number or a distribution (a dataset: its default).")
     warmup_requests: int = Field(4, ge=0, description="Unmeasured requests sent before each trial.")
     level_warmup: bool = Field(True, description="Before each concurrency level after the first, as many unmeasured "
@@ -226,7 +226,11 @@ class WorkloadConfig(_Strict):
             self.source(base, levels)
         except WorkloadFileError as e:
             field = "workload.trace.path" if self.trace else "workload.dataset.path"
-            raise ConfigError(f"{e} (from {field})") from None
+            hint = ("; scripts/setup.sh writes the sample files" if "workloads/" in str(e.path) and e.line is None
+                    else "")
+            raise ConfigError(f"{e} (from {field}){hint}") from None
+        except ValueError as e:  # a rule between the workload's own fields
+            raise ConfigError(f"field 'workload': {e}") from None
 
 
 def _version(path: Path) -> int:

@@ -209,8 +209,11 @@ class TrialExecutor:
                        timings: dict[str, float], gate: quality.Gate | None, measure_levels: bool) -> TrialResult:
         model = handle.spec.served_model_name
         self._rate = None  # the output rate this launch has shown: what the next level's timeout follows
+        unprepared = self.traffic.vocab is None
         for note in await self.traffic.prepare(handle.base_url, model, self.cfg.load.max_steps):
             progress.note(f"    workload: {note}")
+        if unprepared and self.traffic.counted:  # a dataset's lengths, now in the model's tokens: the rules see them
+            self.facts = feasibility_context(self.exp, self.traffic.source)
         self._output_len = self.traffic.mean_output_len()
         warmup = self.traffic.warmup(model)
         if warmup is not None:

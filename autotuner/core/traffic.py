@@ -16,12 +16,14 @@ from autotuner.bench.tokenize import TokenizeEndpoint, count_tokens, one_token_w
 from autotuner.config.workload import WorkloadConfig
 from autotuner.workloads.plan import BUILTIN, LevelPlan, Vocabulary, render
 from autotuner.workloads.sessions import SessionPlan, render_sessions
-from autotuner.workloads.source import DatasetSource, SessionSource, Source
-
-
-def stream(step: int, again: bool = False) -> str:
-    """The name of level `step`'s requests (its second measurement has its own)."""
-    return f"level-{step}-again" if again else f"level-{step}"
+from autotuner.workloads.source import (
+    WARMUP,
+    DatasetSource,
+    SessionSource,
+    Source,
+    level_stream,
+    level_warmup_stream,
+)
 
 
 class Traffic:
@@ -30,6 +32,7 @@ class Traffic:
         self.tokenize = tokenize if workload.tokenize else None
         self.vocab: Vocabulary | None = None
         self.notes: list[str] = []
+        self.counted = False  # a dataset's texts were counted in the served model's tokens
 
     async def prepare(self, base_url: str, model: str, levels: int) -> list[str]:
         """Ask the server what the plans need (once); the notes say what was found, for the progress."""
@@ -60,8 +63,9 @@ class Traffic:
                              "length in the file are workload.output_len")
             else:
                 data.token_counts.update(counts)
+                self.counted = True
         for step in range(levels):
-            if isinstance(self.source, DatasetSource) and self.source.wraps(stream(step), self.count):
+            if isinstance(self.source, DatasetSource) and self.source.wraps(level_stream(step), self.count):
                 notes.append(f"the dataset has {len(self.source.dataset.entries)} prompts: level {step + 1} sends some "
                              "again (a server's prefix cache may serve them)")
                 break
@@ -88,20 +92,20 @@ class Traffic:
         if not n:
             return None
         if isinstance(self.source, SessionSource):
-            return self._sessions("warmup", n)
-        return self._render("warmup", n, model)
+            return self._sessions(WARMUP, n)
+        return self._render(WARMUP, n, model)
 
     def level(self, step: int, model: str, again: bool = False) -> LevelPlan | SessionPlan:
         if isinstance(self.source, SessionSource):
-            return self._sessions(stream(step, again), self.count)
-        return self._render(stream(step, again), self.count, model)
+            return self._sessions(level_stream(step, again), self.count)
+        return self._render(level_stream(step, again), self.count, model)
 
     def level_warmup(self, step: int, n: int, model: str) -> LevelPlan | None:
         """Unmeasured requests before level `step` (prompts of their own); None for sessions."""
         if isinstance(self.source, SessionSource) or n < 1:
             return None
-        return self._render(f"level-{step}-warmup", n, model)
+        return self._render(level_warmup_stream(step), n, model)
 
     def mean_output_len(self) -> float:
         """The mean output length of a level's requests (what a request's timeout follows)."""
-        return statistics.fmean(s.output_tokens for s in self.source.specs(stream(0), self.count))
+        return statistics.fmean(s.output_tokens for s in self.source.specs(level_stream(0), self.count))

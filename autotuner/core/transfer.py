@@ -83,7 +83,7 @@ def measure(executor: TrialExecutor, params: Mapping[str, Any], *, repeats: int,
         for label, config, values in (("winner", dict(params), row.winner), ("defaults", {}, row.defaults)):
             progress.confirming(0, f"{label} on {cfg.name}, round {k} of {repeats}", 2 * k - (label == "winner"),
                                 2 * repeats)
-            result = executor.run(config, trial=None, trial_dir=workdir / f"transfer-{cfg.name}-{label}-{k}",
+            result = executor.run(config, trial=None, trial_dir=workdir / f"{label}-{k}",
                                   progress=progress, timings={}, label=f"transfer-{label}-{k}")
             values.append(result.value if result.state == "COMPLETE" else None)
             if result.state != "COMPLETE":
@@ -114,8 +114,8 @@ def run(source: Experiment, targets: Sequence[Path], number: int, params: Mappin
     from autotuner.core import preflight
     from autotuner.launchers import make_launcher
 
-    rows = []
-    for path in targets:
+    executors = []
+    for path in targets:  # every target checked before anything is launched
         target = load_experiment(path)
         if (target.config.engine, target.model_path) != (source.config.engine, source.model_path):
             raise ConfigError(f"{path}: the winner is a {source.config.engine} config of {source.model_path}; this "
@@ -126,11 +126,12 @@ def run(source: Experiment, targets: Sequence[Path], number: int, params: Mappin
             binary, hint = engine.find_binary()
             if binary is None:
                 raise ConfigError(hint)
-        executor = TrialExecutor(target, engine=engine, launcher=make_launcher(target), binary=binary,
-                                 secrets=secrets.collect(target.config.secret_env))
-        rows.append(measure(executor, params, repeats=repeats, workdir=workdir,
-                            progress=Progress(None, target.config.objective.metric),
-                            describe=target.config.workload.describe().split(";")[0]))
+        executors.append(TrialExecutor(target, engine=engine, launcher=make_launcher(target), binary=binary,
+                                       secrets=secrets.collect(target.config.secret_env)))
+    rows = [measure(executor, params, repeats=repeats, workdir=workdir / f"transfer-{k + 1}",
+                    progress=Progress(None, executor.cfg.objective.metric),
+                    describe=executor.cfg.workload.describe().split(";")[0])
+            for k, executor in enumerate(executors)]
     lines = [f"Trial #{number} of study '{source.config.study_name}' (tuned on: "
              f"{source.config.workload.describe().split(';')[0]}) beside the engine defaults, {repeats} interleaved "
              "round(s) on each workload:", "", *table_lines(rows)]

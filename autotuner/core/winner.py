@@ -17,7 +17,8 @@ The rule, in two stages:
   against best pairing of the two sets).
 - **Only what the noise allows.** Each round measured the leader and the baseline side by side, so
   each round gives one paired gain (leader over baseline, same round). The leader is named over the
-  engine defaults only when the lowest paired gain is above zero: it won every round. Otherwise the
+  engine defaults only when the lowest paired gain is above zero: it won every round (a sign test: two
+  equal configs do so by chance 1 time in 2^rounds, 1 in 8 with the default 3). Otherwise the
   verdict is to keep the engine defaults (the winner is the baseline), and the leader is reported as
   the best contender with its gain and range. The same rule between the top two: a leader that did not
   beat the runner-up in every round is tied with it (`tied`).
@@ -104,8 +105,8 @@ def decide(candidates: Sequence[Candidate], direction: str) -> Verdict:
     gain = _gain(value, base_value, sign)
     runner_up = next((c for c in by_median[1:] if c is not winner), None)
     tied: tuple[int, ...] = ()
-    if runner_up is not None and not runner_up.baseline and (paired_low(winner.measured, runner_up.measured, sign)
-                                                               or 0.0) <= 0:
+    over_runner_up = None if runner_up is None else paired_low(winner.measured, runner_up.measured, sign)
+    if runner_up is not None and not runner_up.baseline and over_runner_up is not None and over_runner_up <= 0:
         tied = (runner_up.number,)
     if baseline is not None and base_ok and not winner.baseline and (gain_low is None or gain_low <= 0):
         # Within noise of the defaults: keep them, and say what the best tuned config measured.

@@ -18,8 +18,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar
 
-from autotuner.bench.tokenize import TokenizeEndpoint
-
 if TYPE_CHECKING:  # the advisor seam's types; engines only fill them
     from autotuner.advisors import Proposal, StudySoFar
 
@@ -142,6 +140,17 @@ class JsonFlag(Flag):
         if self.unset is not None and value == self.unset:
             return []
         return [self.flag or "", json.dumps({**dict(self.fixed), self.key: value})]
+
+
+@dataclass(frozen=True)
+class TokenizeEndpoint:
+    """How the server counts tokens (bench/tokenize.py reads it): POST `path` with {text_field: text,
+    special_field: whether to add the special tokens a prompt gets} (and "model" when `with_model`)."""
+
+    path: str = "/tokenize"
+    text_field: str = "prompt"
+    special_field: str = "add_special_tokens"
+    with_model: bool = True
 
 
 class EngineError(ValueError):

@@ -10,8 +10,7 @@ import re
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
-from autotuner.bench.tokenize import TokenizeEndpoint
-from autotuner.engines._base import Engine, Flag, LaunchContext, LaunchSpec, register
+from autotuner.engines._base import Engine, Flag, LaunchContext, LaunchSpec, TokenizeEndpoint, register
 
 if TYPE_CHECKING:
     from autotuner.advisors import Proposal, StudySoFar
@@ -53,10 +52,12 @@ def _context_rules(params: Mapping[str, Any], context: Mapping[str, Any]) -> lis
             return [f"ctx_size {ctx} split over {slots} slots is {per_slot} tokens a slot, below the workload's "
                     f"longest request ({longest} tokens, prompt and output)"]
         return []
-    busy = min(slots, int(context.get("max_concurrency") or slots))
     if ctx < longest:
         return [f"the unified KV buffer (ctx_size {ctx}) is below the workload's longest request ({longest} tokens)"]
-    if mean and ctx < busy * mean:
+    # How many slots are busy at once is known only where the load names a concurrency (a rate or a
+    # trace's schedule keeps as many busy as the server is slow): only there is the mean a bound.
+    busy = min(slots, int(context.get("max_concurrency") or 0))
+    if busy and mean and ctx < busy * mean:
         return [f"the unified KV buffer (ctx_size {ctx}) is below {busy} busy slots x the workload's mean request "
                 f"({mean:.0f} tokens): requests would fail for want of context"]
     return []

@@ -572,7 +572,7 @@ def to_json(s: StudySummary, command: str | None = None) -> dict[str, Any]:
             # one number for a configuration in every output: its median (the trial's first stays beside it)
             data[key]["first_value"], data[key]["value"] = getattr(s, key).value, getattr(s, key).median
     for row, obj in zip(data["top"], s.top, strict=True):
-        row["median"] = obj.median
+        row["median"], row["first_value"], row["value"] = obj.median, obj.value, obj.median
     data.update(target_gap=s.target_gap, verdict=verdict(s), command=command)
     return _clean(data)
 

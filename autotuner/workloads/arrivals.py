@@ -51,12 +51,11 @@ def scaled(timestamps_s: Sequence[float], speedup: float = 1.0) -> list[float]:
     return [(t - first) / speedup for t in timestamps_s]
 
 
-def offered_rate(offsets_s: Sequence[float]) -> float | None:
-    """Requests per second the schedule offers: its requests over the time to its last arrival, counting
-    the gap before the first where there is one (a rate's schedule) and one mean gap where the first is
-    at 0 (a trace's); None for fewer than 2 requests or all at once."""
+def offered_rate(offsets_s: Sequence[float], *, gap_first: bool) -> float | None:
+    """Requests per second a schedule offers. `gap_first`: a rate's schedule (`schedule`), whose first
+    request waits one gap: n requests over the time to the last. Else a trace's (`scaled`), whose first
+    goes at 0: its n - 1 gaps over its span. None for fewer than 2 requests, or all at once."""
     n = len(offsets_s)
     if n < 2 or offsets_s[-1] <= offsets_s[0]:
         return None
-    span = offsets_s[-1] if offsets_s[0] > 0 else offsets_s[-1] * n / (n - 1)
-    return n / span
+    return n / offsets_s[-1] if gap_first else (n - 1) / (offsets_s[-1] - offsets_s[0])

@@ -24,6 +24,8 @@ from autotuner.workloads.files import json_document, json_lines, number
 from autotuner.workloads.plan import RequestSpec
 
 Format = Literal["sharegpt", "jsonl"]
+HUMAN = ("human", "user")
+ASSISTANT = ("gpt", "assistant", "chatgpt", "bard", "model")
 OUTPUT_FIELDS = ("output_tokens", "output_length", "max_tokens")
 PROMPT_FIELDS = ("prompt", "text", "texts", "messages")
 
@@ -80,7 +82,8 @@ def _sharegpt_entry(path: Path, line: int, obj: Any) -> Entry | None:
         if not isinstance(turn, dict) or "value" not in turn:
             raise WorkloadFileError(path, "each turn needs 'from' and 'value'", line=line, field=f"conversations[{k}]")
         answer = turns[k + 1]
-        if turn.get("from") not in ("human", "user") or not isinstance(answer, dict):
+        if (turn.get("from") not in HUMAN or not isinstance(answer, dict)
+                or answer.get("from", "gpt") not in ASSISTANT):
             continue
         asked, said = turn["value"], answer.get("value")
         if isinstance(asked, str) and isinstance(said, str) and asked.strip() and said.strip():

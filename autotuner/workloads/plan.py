@@ -15,8 +15,8 @@ from __future__ import annotations
 
 import hashlib
 import random
-from collections.abc import Iterable, Sequence
-from dataclasses import dataclass, field
+from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import Any
 
 from autotuner.workloads.words import ENDPOINT_PATHS, WORDS
@@ -74,7 +74,7 @@ class LevelPlan:
     input_tokens: tuple[int | None, ...]
     arrivals_s: tuple[float, ...] | None = None  # None: as the level's load says (concurrency, rate)
     exact: bool = False
-    notes: tuple[str, ...] = field(default=())
+    endpoint: str = "completions"
 
     def __len__(self) -> int:
         return len(self.bodies)
@@ -91,9 +91,14 @@ def _seed(*parts: object) -> int:
     return int.from_bytes(hashlib.sha256("/".join(map(str, parts)).encode()).digest()[:8], "big")
 
 
+SHARED = "prefix/"  # block keys the same in every stream: a workload's shared prefixes, on purpose
+
+
 class Renderer:
     """Turns specs into prompt text with one vocabulary; a block's words depend on its key alone (and
-    the `salt`, so a level can have blocks no other level shares), and are cached while they are reused."""
+    the `salt`, so a level can have blocks no other level shares, except keys starting with SHARED: a
+    synthetic workload's shared prefixes are the same in the warm-up and every level), and are cached
+    while they are reused."""
 
     def __init__(self, vocab: Vocabulary, salt: str = "", cache_blocks: int = 4096):
         self.vocab, self.salt = vocab, salt
@@ -103,7 +108,8 @@ class Renderer:
     def block(self, key: str, length: int) -> list[str]:
         words = self._blocks.get((key, length))
         if words is None:
-            words = random.Random(_seed(self.salt, "block", key)).choices(self.vocab.words, k=length)
+            salt = "" if key.startswith(SHARED) else self.salt
+            words = random.Random(_seed(salt, "block", key)).choices(self.vocab.words, k=length)
             if len(self._blocks) >= self._cache_blocks:
                 self._blocks.pop(next(iter(self._blocks)))
             self._blocks[(key, length)] = words
@@ -141,7 +147,7 @@ def body(endpoint: str, model: str, prompt: str, max_tokens: int, sampling: Samp
 
 
 def render(specs: Sequence[RequestSpec], *, endpoint: str, model: str, vocab: Vocabulary, sampling: Sampling,
-           salt: str = "", notes: Iterable[str] = ()) -> LevelPlan:
+           salt: str = "") -> LevelPlan:
     """The level's bodies from its specs. Arrival times come along when every spec has one."""
     if endpoint not in ENDPOINT_PATHS:
         raise ValueError(f"unknown endpoint {endpoint!r}; valid: {sorted(ENDPOINT_PATHS)}")
@@ -154,4 +160,4 @@ def render(specs: Sequence[RequestSpec], *, endpoint: str, model: str, vocab: Vo
     asked = tuple(None if s.input_tokens is None else s.input_tokens + extra for s in specs)
     return LevelPlan(path=ENDPOINT_PATHS[endpoint], bodies=bodies, input_tokens=asked,
                      arrivals_s=timed if specs and len(timed) == len(specs) else None,
-                     exact=vocab.exact and endpoint == "completions", notes=tuple(notes))
+                     exact=vocab.exact and endpoint == "completions", endpoint=endpoint)

@@ -29,6 +29,18 @@ from autotuner.workloads.sessions import Session, dataset_sessions, generated_se
 from autotuner.workloads.synthetic import synthetic_specs
 from autotuner.workloads.trace import Trace, trace_specs
 
+WARMUP = "warmup"
+
+
+def level_stream(step: int, again: bool = False) -> str:
+    """The name of level `step`'s requests (its second measurement has its own): the one spelling of it."""
+    return f"level-{step}-again" if again else f"level-{step}"
+
+
+def level_warmup_stream(step: int) -> str:
+    """The unmeasured requests that warm level `step` at its own load."""
+    return f"level-{step}-warmup"
+
 
 @dataclass(frozen=True)
 class Shape:
@@ -41,6 +53,7 @@ class Shape:
     prefix_reuse: float  # share of prompt tokens a perfect prefix cache could serve (leading blocks seen before)
     offered_rate: float | None = None  # requests/s of the trace's own schedule
     notes: tuple[str, ...] = field(default=())
+    messages: int = 1  # chat messages in the longest request (a session's turn holds the history's)
 
     @property
     def longest_request(self) -> int | None:
@@ -97,8 +110,7 @@ def histogram(values: Sequence[int], bins: int = 8, width: int = 30) -> list[str
         counts[min((v - low) // step, bins - 1)] += 1
     top = max(counts)
     bar = lambda c: "#" * max(1 if c else 0, round(width * c / top))  # noqa: E731
-    return [f"  {low + k * step:>6}-{low + (k + 1) * step - 1:<6} | {bar(c)} {c}"
-            for k, c in enumerate(counts) if c or k < bins]
+    return [f"  {low + k * step:>6}-{low + (k + 1) * step - 1:<6} | {bar(c)} {c}" for k, c in enumerate(counts)]
 
 
 def shape_lines(shape: Shape, histogram_bins: int = 6) -> list[str]:
@@ -214,7 +226,7 @@ class TraceSource:
     def shape(self, streams: Sequence[str], n: int) -> Shape:
         specs = self.specs(streams[0] if streams else "", n)
         offsets = [s.arrival_s or 0.0 for s in specs]
-        return _shape(self.kind, specs, offered_rate=arrivals.offered_rate(offsets))
+        return _shape(self.kind, specs, offered_rate=arrivals.offered_rate(offsets, gap_first=False))
 
     @property
     def path(self) -> Path:
@@ -252,11 +264,13 @@ class SessionSource:
 
     def shape(self, streams: Sequence[str], n: int) -> Shape:
         prompts, outputs, reuse = session_shape([s for stream in streams for s in self.sessions(stream, n)])
-        turns = (f"a conversation's rounds (at most {self.max_turns})" if self.dataset is not None and self.max_turns
-                 else "a conversation's rounds" if self.dataset is not None else f"{self.turns.describe()} turns")
+        turns = f"{self.turns.describe()} turns"
+        if self.dataset is not None:
+            turns = "a conversation's rounds" + (f" (at most {self.max_turns})" if self.max_turns else "")
         if len(prompts) != len(outputs) or not prompts:
             outputs = [t.output_tokens for stream in streams for t in self.specs(stream, n)]
+        longest = max((len(x.turns) for stream in streams for x in self.sessions(stream, n)), default=1)
         return Shape(kind=self.kind, requests=len(outputs), input_tokens=tuple(prompts), output_tokens=tuple(outputs),
-                     prefix_reuse=reuse, notes=(f"sessions of {turns}, each turn sent with the history and the "
-                                                f"answers the server gave, {self.think_s:g} s think time between "
-                                                "turns",))
+                     prefix_reuse=reuse, messages=2 * longest - 1,
+                     notes=(f"sessions of {turns}, each turn sent with the history and the answers the server gave, "
+                            f"{self.think_s:g} s think time between turns",))

@@ -24,7 +24,7 @@ from dataclasses import asdict, dataclass, replace
 from typing import Any
 
 from autotuner.workloads.lengths import Lengths
-from autotuner.workloads.plan import RequestSpec
+from autotuner.workloads.plan import SHARED, RequestSpec
 from autotuner.workloads.words import ENDPOINT_PATHS, WORDS, Endpoint
 
 
@@ -148,7 +148,7 @@ def synthetic_specs(n: int, *, input_len: Lengths, output_len: Lengths, prefix_l
         if prefix_len:
             group = rng.randrange(prefix_groups)
             shared = min(prefix_len, n_in - 1)
-            blocks = ((f"prefix/{seed}/{group}", shared),) if shared else ()
+            blocks = ((f"{SHARED}{seed}/{group}", shared),) if shared else ()
         own = n_in - sum(length for _, length in blocks)
         specs.append(RequestSpec(blocks=blocks, own_tokens=own, output_tokens=n_out))
     return specs
