@@ -100,6 +100,10 @@ class StudyDriver:
         self.executor = TrialExecutor(experiment, engine=engine, launcher=launcher, binary=binary,
                                       secrets=self.secrets, pool=pool)
         self.executor.cache_dir = self._engine_cache() if self.cfg.engine_cache else None
+        # The prompts' vocabulary and a dataset's counts, as the study's first launch found them: every
+        # later launch, worker and resumed run makes the same requests (core/traffic.py).
+        self.executor.traffic.load = lambda: self.study.user_attrs.get(record.TRAFFIC)
+        self.executor.traffic.save = lambda state: self.study.set_user_attr(record.TRAFFIC, state)
         self._stop = StopRequests()
         self._no_reference: str | None = None  # why this run checks no answers (the defaults gave none)
         self.advisors = self._make_advisors() if advice != "off" else []

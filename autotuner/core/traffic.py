@@ -2,15 +2,19 @@
 
 `Traffic` holds the experiment's workload source (workloads/source.py) and, once a server of the
 model is up, what only the server knows: the words that are one token each on its tokenizer (so a
-prompt of N words is N tokens), and a dataset's lengths in its tokens. Those are asked once per
-process (every config serves the same model) and the same requests go to every config. Without a
-tokenize endpoint, prompts fall back to the built-in words and each plan says lengths are approximate.
+prompt of N words is N tokens), and a dataset's lengths in its tokens. Those are asked of the first
+server and kept in the study (`load`/`save`, handed in by the driver): every later launch, a resumed
+run and every worker build the same requests from them, even when a later server could not answer.
+Without a tokenize endpoint, prompts are the built-in words (about one token each), and say so.
 """
 
 from __future__ import annotations
 
+import hashlib
 import statistics
+from collections.abc import Callable
 from dataclasses import replace
+from typing import Any
 
 from autotuner.bench.tokenize import TokenizeEndpoint, count_tokens, one_token_words, special_tokens
 from autotuner.config.workload import WorkloadConfig
@@ -25,6 +29,18 @@ from autotuner.workloads.source import (
     level_warmup_stream,
 )
 
+STATE_VERSION = 1  # of what the study keeps: a change of how prompts are made must not mix with the old
+
+
+def _digest(text: str) -> str:
+    return hashlib.sha256(text.encode()).hexdigest()[:16]
+
+
+def _texts(data: DatasetSource) -> list[str]:
+    """Every text of a dataset whose length matters: prompts, reference answers, each round of both."""
+    return [t for e in data.dataset.entries for t in (e.prompt, e.answer, *(x for r in e.rounds for x in r))
+            if t is not None]
+
 
 class Traffic:
     def __init__(self, workload: WorkloadConfig, source: Source, count: int, tokenize: TokenizeEndpoint | None):
@@ -33,11 +49,46 @@ class Traffic:
         self.vocab: Vocabulary | None = None
         self.notes: list[str] = []
         self.counted = False  # a dataset's texts were counted in the served model's tokens
+        self.load: Callable[[], Any] = lambda: None  # what an earlier launch of the study found (the driver's)
+        self.save: Callable[[dict[str, Any]], None] = lambda state: None
+
+    def _dataset(self) -> DatasetSource | None:
+        data = self.source.dataset if isinstance(self.source, SessionSource) else self.source
+        return data if isinstance(data, DatasetSource) else None
+
+    def state(self) -> dict[str, Any]:
+        """What prepare found, to keep in the study: the vocabulary and a dataset's counts (by text hash)."""
+        vocab, data = self.vocab or BUILTIN, self._dataset()
+        counts = {_digest(t): n for t, n in data.token_counts.items()} if data is not None else {}
+        return {"version": STATE_VERSION, "words": list(vocab.words), "exact": vocab.exact, "specials": vocab.specials,
+                "source": vocab.source, "counts": counts}
+
+    def restore(self, state: dict[str, Any]) -> None:
+        self.vocab = Vocabulary(tuple(state["words"]), exact=bool(state["exact"]), specials=int(state["specials"]),
+                                source=str(state["source"]))
+        data = self._dataset()
+        if data is not None and state.get("counts"):
+            by_digest = state["counts"]
+            for text in _texts(data):
+                if (n := by_digest.get(_digest(text))) is not None:
+                    data.token_counts[text] = n
+            self.counted = True
 
     async def prepare(self, base_url: str, model: str, levels: int) -> list[str]:
-        """Ask the server what the plans need (once); the notes say what was found, for the progress."""
+        """What the plans need: kept in the study by an earlier launch, else asked of this server (once)
+        and kept; the notes say what was found, for the progress."""
+        stored = self.load()
+        if isinstance(stored, dict) and stored.get("version") == STATE_VERSION:
+            if self.vocab is None or self.state() != stored:
+                self.restore(stored)
+            return []
         if self.vocab is not None:
             return []
+        notes = await self._probe(base_url, model, levels)
+        self.save(self.state())
+        return notes
+
+    async def _probe(self, base_url: str, model: str, levels: int) -> list[str]:
         self.vocab = BUILTIN
         notes = []
         if self.tokenize is None:
@@ -53,11 +104,9 @@ class Traffic:
                 specials = await special_tokens(base_url, self.tokenize, model)
                 self.vocab = Vocabulary(words, exact=True, specials=specials,
                                         source=f"{len(words)} words of one token each on the served model")
-        data = self.source.dataset if isinstance(self.source, SessionSource) else self.source
-        if isinstance(data, DatasetSource) and self.tokenize is not None:
-            texts = [t for e in data.dataset.entries for t in (e.prompt, e.answer, *(x for r in e.rounds for x in r))
-                     if t is not None]
-            counts = await count_tokens(base_url, self.tokenize, model, texts)
+        data = self._dataset()
+        if data is not None and self.tokenize is not None:
+            counts = await count_tokens(base_url, self.tokenize, model, _texts(data))
             if counts is None:
                 notes.append("the dataset's lengths could not be counted in the model's tokens: outputs without a "
                              "length in the file are workload.output_len")
