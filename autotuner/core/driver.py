@@ -131,6 +131,7 @@ class StudyDriver:
         with locks.exclusive(self.cfg.study.storage):
             self._emit("study_started", self.study)
             self._enqueue_first_trials()
+        progress.note(f"workload: {self.cfg.workload.describe()}; {self._shape_line()}")
         deadline = time.monotonic() + timeout_s if timeout_s else None
         self._stop = self.executor.stop = StopRequests(on_first=lambda name: progress.note(
             f"{name}: finishing the measurement under way, then stopping (again to stop at once)"))
@@ -704,6 +705,16 @@ class StudyDriver:
                 "sampler": c.study.sampler, "pruner": c.study.pruner, "storage": c.study.storage,
                 "load": c.load.describe(),
                 "workload": json.dumps(c.workload.model_dump(mode="json"))}
+
+    def _shape_line(self) -> str:
+        """The requests every trial sends, in one line (the report has the histogram)."""
+        f = self.executor.facts
+        line = f"prompts of {f['input_len']} tokens and answers of {f['output_len']} on average"
+        if f.get("longest_request"):
+            line += f", the longest request {f['longest_request']} tokens"
+        if f.get("prefix_reuse"):
+            line += f", {f['prefix_reuse']:.0%} of prompt tokens a prefix sent before"
+        return line + f"; load: {self.cfg.load.describe()}"
 
     def _summary_metrics(self) -> dict[str, float]:
         """The parent run's summary: trial counts and the winner by the one rule (`winner.decide`)."""

@@ -104,6 +104,9 @@ class Traffic:
                 specials = await special_tokens(base_url, self.tokenize, model)
                 self.vocab = Vocabulary(words, exact=True, specials=specials,
                                         source=f"{len(words)} words of one token each on the served model")
+                notes.append(f"prompts exact in the served model's tokens: {len(words)} words of one token each"
+                             + (f", and the {specials} token(s) it adds to a prompt" if specials else "")
+                             + " (kept in the study: every launch sends the same requests)")
         data = self._dataset()
         if data is not None and self.tokenize is not None:
             counts = await count_tokens(base_url, self.tokenize, model, _texts(data))
