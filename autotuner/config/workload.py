@@ -23,6 +23,9 @@ from autotuner.workloads.source import DatasetSource, SessionSource, Source, Syn
 from autotuner.workloads.trace import BLOCK_SIZE, Trace, read_trace
 
 
+DEFAULT_PROMPTS = 64  # measured requests a level, unless the experiment or a trace's window says
+
+
 class LengthsConfig(_Strict):
     """A length distribution in tokens: {dist: normal, mean: 360, stddev: 120, min: 16, max: 900}."""
 
@@ -88,8 +91,8 @@ class SessionsConfig(_Strict):
 
 class WorkloadConfig(_Strict):
     endpoint: Literal["completions", "chat"] = "completions"
-    num_prompts: int = Field(64, gt=0, description="Measured requests per load level (the most it sends; a "
-                                                   "trace: the window's requests, when not set).")
+    num_prompts: int | None = Field(None, gt=0, description="Measured requests per load level, the most it sends "
+                                                            "(default 64; a trace: its window's requests).")
     duration_s: float | None = Field(
         None, gt=0, description="Bound each load level by time too: no request starts after this many seconds "
                                 "(those in flight finish). A level ends after num_prompts requests or about "
@@ -133,8 +136,6 @@ class WorkloadConfig(_Strict):
         if (self.dataset or self.trace) and (self.shared_prefix_len or self.prefix_groups > 1):
             raise ValueError("shared_prefix_len and prefix_groups shape synthetic prompts: a dataset or trace "
                              "brings its own")
-        if self.trace and {"input_len", "output_len"} & self.model_fields_set:
-            raise ValueError("a trace gives every request's lengths: input_len and output_len do not apply")
         fixed = self.input_lengths.longest if self.input_lengths.kind == "fixed" else None
         if self.shared_prefix_len and fixed is not None and self.shared_prefix_len >= fixed:
             raise ValueError(f"shared_prefix_len ({self.shared_prefix_len}) must be below input_len ({fixed}): "
@@ -172,25 +173,30 @@ class WorkloadConfig(_Strict):
             what = (f"the conversations of {self.dataset.path}" if self.dataset
                     else f"{turns if isinstance(turns, int) else turns.lengths().describe()} turns of "
                          f"{self.input_lengths.describe()} tokens, answers of {self.output_lengths.describe()}")
-            return (f"sessions, {self.num_prompts} a level: {what}, {self.sessions.think_time_s:g} s think time, "
+            return (f"sessions, {self.prompts} a level: {what}, {self.sessions.think_time_s:g} s think time, "
                     f"each turn with the history; {how}")
         if self.dataset:
-            return f"dataset {self.dataset.path} ({self.dataset.format}), {self.num_prompts} requests a level; {how}"
+            return f"dataset {self.dataset.path} ({self.dataset.format}), {self.prompts} requests a level; {how}"
         prefix = (f", a shared prefix of {self.shared_prefix_len} tokens in {self.prefix_groups} group(s)"
                   if self.shared_prefix_len else "")
-        return (f"synthetic, {self.num_prompts} requests a level, prompts of {self.input_lengths.describe()} tokens, "
+        return (f"synthetic, {self.prompts} requests a level, prompts of {self.input_lengths.describe()} tokens, "
                 f"outputs of {self.output_lengths.describe()} tokens{prefix}; {how}")
 
+    @property
+    def prompts(self) -> int:
+        """Requests one level sends (a trace's: see `count`)."""
+        return self.num_prompts or DEFAULT_PROMPTS
+
     def count(self, base: Path) -> int:
-        """Requests one level sends: num_prompts, or a trace window's requests when num_prompts was not set."""
-        if self.trace and "num_prompts" not in self.model_fields_set:
+        """Requests one level sends: num_prompts, or a trace window's requests when num_prompts is not set."""
+        if self.trace and self.num_prompts is None:
             return len(self.read_trace(base).requests)
-        return self.num_prompts
+        return self.prompts
 
     def read_trace(self, base: Path) -> Trace:
         assert self.trace is not None
         t = self.trace
-        limit = self.num_prompts if "num_prompts" in self.model_fields_set else None
+        limit = self.num_prompts
         path = (base / t.path).resolve()
         return _read_trace(path, _version(path), t.block_size, t.start_s, t.duration_s, limit)
 
@@ -199,7 +205,7 @@ class WorkloadConfig(_Strict):
         # the warm-up's and every level's own prompts (twice: a level may be measured again), no more
         path = (base / self.dataset.path).resolve()
         return _read_dataset(path, _version(path), self.dataset.format,
-                             self.warmup_requests + 2 * levels * self.num_prompts)
+                             self.warmup_requests + 2 * levels * self.prompts)
 
     def source(self, base: Path, levels: int) -> Source:
         """The workload's requests (`base`: the experiment file's folder; `levels`: the most a trial measures)."""

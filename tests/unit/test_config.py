@@ -102,3 +102,21 @@ def test_top_level_must_be_a_mapping(tmp_path):
 def test_search_space_loads_alone(tmp_path):
     (tmp_path / "s.yaml").write_text(SPACE)
     assert load_search_space(tmp_path / "s.yaml").params["parallel"].high == 8
+
+
+def test_a_trace_experiment_reads_back_as_the_study_records_it(tmp_path):
+    # The study keeps its experiment as YAML (every field, defaults included) for `report`, `best` and
+    # `transfer`; a trace's lengths and window must read back as they were (a resumed read failed before).
+    import yaml
+
+    from autotuner.config import ExperimentConfig
+
+    (tmp_path / "s.yaml").write_text("engine: llamacpp\nparams:\n  parallel: {type: int, low: 1, high: 8}\n")
+    (tmp_path / "m.gguf").write_bytes(b"")
+    (tmp_path / "t.jsonl").write_text("".join(
+        f'{{"timestamp": {k * 100}, "input_length": 700, "output_length": 20}}\n' for k in range(10)))
+    (tmp_path / "exp.yaml").write_text("name: t\nengine: llamacpp\nmodel: {path: m.gguf}\nsearch_space: s.yaml\n"
+                                       "workload: {trace: {path: t.jsonl, duration_s: 0.55}}\nload: {speedup: [1]}\n")
+    exp = load_experiment(tmp_path / "exp.yaml")
+    again = ExperimentConfig.model_validate(yaml.safe_load(yaml.safe_dump(exp.config.model_dump(mode="json"))))
+    assert again.workload == exp.config.workload and again.workload.count(tmp_path) == 6  # the window's, not 64
