@@ -22,7 +22,6 @@ from autotuner.workloads.plan import Sampling
 from autotuner.workloads.source import DatasetSource, SessionSource, Source, SyntheticSource, TraceSource
 from autotuner.workloads.trace import BLOCK_SIZE, Trace, read_trace
 
-
 DEFAULT_PROMPTS = 64  # measured requests a level, unless the experiment or a trace's window says
 
 
