@@ -160,4 +160,4 @@ class Traffic:
 
     def mean_output_len(self) -> float:
         """The mean output length of a level's requests (what a request's timeout follows)."""
-        return statistics.fmean(s.output_tokens for s in self.source.specs(level_stream(0), self.count))
+        return statistics.fmean(s.output_tokens for s in self.source.specs(level_stream(0), min(self.count, 4096)))

@@ -30,6 +30,7 @@ from autotuner.workloads.synthetic import synthetic_specs
 from autotuner.workloads.trace import Trace, trace_specs
 
 WARMUP = "warmup"
+SHAPE_SAMPLE = 4096  # synthetic requests a stream that show a workload's shape
 
 
 def level_stream(step: int, again: bool = False) -> str:
@@ -161,6 +162,9 @@ class SyntheticSource:
                                prefix_groups=self.prefix_groups, seed=self.seed, stream=stream)
 
     def shape(self, streams: Sequence[str], n: int) -> Shape:
+        # Lengths are drawn alike in every stream: a few thousand show the shape (a level of 100,000
+        # requests would cost seconds here), and a bounded distribution's longest is its bound.
+        n = min(n, SHAPE_SAMPLE)
         specs = [s for stream in streams for s in self.specs(stream, n)]
         shape = _shape(self.kind, specs)
         # reuse within one level: the prefix groups, seen by the level's own requests
