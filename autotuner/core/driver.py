@@ -15,6 +15,7 @@ It never launches or measures by itself (the executor does) and never decides a 
 from __future__ import annotations
 
 import json
+import logging
 import platform
 import random
 import re
@@ -103,7 +104,7 @@ class StudyDriver:
         # The prompts' vocabulary and a dataset's counts, as the study's first launch found them: every
         # later launch, worker and resumed run makes the same requests (core/traffic.py).
         self.executor.traffic.load = lambda: self.study.user_attrs.get(record.TRAFFIC)
-        self.executor.traffic.save = lambda state: self.study.set_user_attr(record.TRAFFIC, state)
+        self.executor.traffic.save = self._keep_traffic
         self._stop = StopRequests()
         self._no_reference: str | None = None  # why this run checks no answers (the defaults gave none)
         self.advisors = self._make_advisors() if advice != "off" else []
@@ -705,6 +706,16 @@ class StudyDriver:
                 "sampler": c.study.sampler, "pruner": c.study.pruner, "storage": c.study.storage,
                 "load": c.load.describe(),
                 "workload": json.dumps(c.workload.model_dump(mode="json"))}
+
+    def _keep_traffic(self, state: dict[str, Any]) -> None:
+        """Keep how this study's prompts are made, once: workers starting together may both have found it
+        (the same words from the same model); a storage that is busy now is asked again at the next launch."""
+        try:
+            with locks.exclusive(self.cfg.study.storage):
+                if record.TRAFFIC not in self.study.user_attrs:
+                    self.study.set_user_attr(record.TRAFFIC, state)
+        except Exception as e:  # never a trial's failure: the next launch keeps it instead
+            logging.getLogger(__name__).warning("could not keep the workload's vocabulary in the study yet: %s", e)
 
     def _shape_line(self) -> str:
         """The requests every trial sends, in one line (the report has the histogram)."""
