@@ -527,7 +527,11 @@ class StudyDriver:
         return True
 
     def _ask(self) -> optuna.Trial:
-        with warnings.catch_warnings():  # we run our own heartbeat thread (recovery.Heartbeat) in ask/tell
+        # Under the study's lock: Optuna pops a queued trial by reading then writing its state, and on
+        # SQLite (no SELECT ... FOR UPDATE) two workers asking at once could both pop the same one (CI
+        # saw it: two workers ran trial #0, and the second could not record it).
+        with warnings.catch_warnings(), locks.exclusive(self.cfg.study.storage):
+            # we run our own heartbeat thread (recovery.Heartbeat) in ask/tell
             warnings.filterwarnings("ignore", "Heartbeat of storage is supposed to be used with Study.optimize")
             trial = self.study.ask()
         trial.set_user_attr(WORKER_ATTR, this_owner())
