@@ -6,8 +6,8 @@ baseline and the experiment's configs, then for each of `n` trials asks Optuna f
 no trial has settled yet (a re-proposal is answered without a launch and not counted), has
 `executor.TrialExecutor` measure it, records the typed trial (`record.py`), tells Optuna, lets tracking
 and the study's artifacts react, and decides whether to stop (`stopping.py`). At the end it confirms:
-the top configurations and the baseline are launched again, interleaved, and `winner.py` names the
-winner. Rerunning the same command resumes the same study.
+the top configurations and the baseline are launched again, interleaved (`confirm.py`), and `winner.py`
+names the winner. Advisors propose between trials (`advising.py`). Rerunning the same command resumes.
 
 It never launches or measures by itself (the executor does) and never decides a winner by its own rule.
 """
@@ -15,7 +15,6 @@ It never launches or measures by itself (the executor does) and never decides a 
 from __future__ import annotations
 
 import json
-import logging
 import platform
 import random
 import re
@@ -30,7 +29,7 @@ import optuna
 from optuna.trial import TrialState
 
 from autotuner import quality
-from autotuner.advisors import AdviceError, Advisor, Proposal, StudySoFar, complete
+from autotuner.advisors import Advisor
 from autotuner.advisors.earlier_studies import EarlierStudies
 from autotuner.advisors.engine_knowledge import EngineKnowledge
 from autotuner.advisors.llm import LlmAdvisor
@@ -38,7 +37,7 @@ from autotuner.advisors.neighbours import Neighbours
 from autotuner.advisors.performance_model import performance_model
 from autotuner.config import Experiment, recheck
 from autotuner.config.space import RandomSuggester, SearchSpace
-from autotuner.core import bans, record, stopping, winner
+from autotuner.core import advising, confirm, record, stopping
 from autotuner.core.callbacks import StudyCallback
 from autotuner.core.executor import TrialExecutor, TrialResult
 from autotuner.core.load_search import highest_passing, load_kind
@@ -49,6 +48,7 @@ from autotuner.core.sampling import FAILURE_CONSTRAINT
 from autotuner.core.study import best_trial, open_study, primary_value, sized_sampler
 from autotuner.core.study import candidates as study_candidates
 from autotuner.core.study import verdict as study_verdict
+from autotuner.core.traffic import keep_state, shape_line
 from autotuner.engines._base import Engine, LaunchSpec
 from autotuner.launchers._base import Launcher, this_owner
 from autotuner.node import host
@@ -104,7 +104,7 @@ class StudyDriver:
         # The prompts' vocabulary and a dataset's counts, as the study's first launch found them: every
         # later launch, worker and resumed run makes the same requests (core/traffic.py).
         self.executor.traffic.load = lambda: self.study.user_attrs.get(record.TRAFFIC)
-        self.executor.traffic.save = self._keep_traffic
+        self.executor.traffic.save = lambda state: keep_state(self.study, self.cfg.study.storage, state)
         self._stop = StopRequests()
         self._no_reference: str | None = None  # why this run checks no answers (the defaults gave none)
         self.advisors = self._make_advisors() if advice != "off" else []
@@ -132,7 +132,8 @@ class StudyDriver:
         with locks.exclusive(self.cfg.study.storage):
             self._emit("study_started", self.study)
             self._enqueue_first_trials()
-        progress.note(f"workload: {self.cfg.workload.describe()}; {self._shape_line()}")
+        progress.note(f"workload: {self.cfg.workload.describe()}; {shape_line(self.executor.facts)}; "
+                      f"load: {self.cfg.load.describe()}")
         deadline = time.monotonic() + timeout_s if timeout_s else None
         self._stop = self.executor.stop = StopRequests(on_first=lambda name: progress.note(
             f"{name}: finishing the measurement under way, then stopping (again to stop at once)"))
@@ -151,7 +152,7 @@ class StudyDriver:
                         progress.note(f"stopping: {message}")
                         self.study.set_user_attr("stop_reason", message)
                         break
-                    self._advise(progress, trials_left=n_trials - index + 1)
+                    advising.advise(self, progress, trials_left=n_trials - index + 1)
                     if not self._run_trial(index, progress):
                         message = "every configuration of the search space was measured" + (
                             " or is being measured by another worker" if self._running_trials() else "")
@@ -169,7 +170,7 @@ class StudyDriver:
                         progress.note(f"trial(s) {', '.join(f'#{n}' for n in others)} still run on other "
                                       "worker(s): the last worker to finish confirms the best")
                     else:
-                        self._confirm(progress)
+                        confirm.run(self, progress)
             except KeyboardInterrupt:
                 self._emit("study_aborted")
                 raise
@@ -216,74 +217,14 @@ class StudyDriver:
             for t in self.study.get_trials(deepcopy=False, states=(TrialState.COMPLETE, TrialState.PRUNED))
         ]
         points = [t.values for t in sorted(finished, key=lambda t: t.number) if t.first_measurement]
-        noise = max(self.cfg.stop.min_improvement, stopping.relative_noise(self._repeats()) or 0.0)
+        # each config's measurements (its trial's and the round's), as the winner rule reads them: the noise
+        repeats = {c.number: [c.first, *c.measured] for c in study_candidates(self.study)}
+        noise = max(self.cfg.stop.min_improvement, stopping.relative_noise(repeats) or 0.0)
         if self.cfg.objective.multi:  # no target (config.cross_check); patience is on the front's hypervolume
             return stopping.decide_front(points, self.cfg.objective.all_directions,
                                          patience=self.cfg.stop.patience, noise=noise)
         return stopping.decide([p[0] if p else None for p in points], self.cfg.objective.direction,
                                target=self.cfg.stop.target, patience=self.cfg.stop.patience, noise=noise)
-
-    def _repeats(self) -> dict[int, list[float]]:
-        """Each configuration's measurements (its trial's and the confirmation round's), from the same
-        candidates the winner rule reads: the spread between them is the study's measured noise."""
-        return {c.number: [c.first, *c.measured] for c in study_candidates(self.study)}
-
-    def _confirm(self, progress: Progress) -> None:
-        """Launch the top configurations and the baseline again, interleaved (A, B, baseline, A, B,
-        baseline, ...) so drift hits all alike, `repeats` times each (resumable; see `winner`)."""
-        c = self.cfg.confirm
-        if self.cfg.objective.multi:
-            # The answer is a front, not one winner: a best median of one metric would not re-rank it.
-            progress.note("confirm: skipped for a multi-objective study (the Pareto front is the answer); "
-                          "to re-measure a member, enqueue its params in a study of its own")
-            return
-        order = self._confirmation_candidates(c.top_k)
-        if len(order) < 2:
-            progress.note("confirm: skipped (fewer than two configurations completed: nothing to compare)")
-            return
-        self.study.set_user_attr(record.CONFIRMATION_ORDER, order)
-        views = {n: record.view(self.study.trials[n]) for n in order}
-        total = len(order) * c.repeats
-        while True:
-            done = record.confirmation(self.study.user_attrs)  # other workers may have added to it
-            # A failed launch makes a config flaky: it cannot win, so it is not measured again.
-            counts = {n: c.repeats if None in done.get(n, []) else len(done.get(n, [])) for n in order}
-            number = winner.confirmation_order(order, counts, c.repeats)
-            if number is None or self._stop.requested:
-                break
-            view = views[number]
-            progress.confirming(number, "the baseline" if view.baseline else f"#{order.index(number) + 1} of "
-                                f"{len(order) - 1}", sum(counts.values()) + 1, total)
-            timings: dict[str, float] = {}
-            label = f"confirm-{number:04d}-{counts[number] + 1}"
-            result = self.executor.run({} if view.baseline else dict(view.params), trial=None,
-                                       trial_dir=self.workdir / label, progress=progress, timings=timings, label=label)
-            self.redact.file(self.workdir / label / "server.log")  # as a trial's: no secret in what we keep
-            if result.failure_class == "interrupted":
-                break  # measured nothing: the round resumes with it on the next run
-            value = result.value if result.state == "COMPLETE" else None
-            done = record.confirmation(self.study.user_attrs)  # merge: never overwrite another worker's
-            done.setdefault(number, []).append(value)
-            self.study.set_user_attr(record.CONFIRMATION, {str(k): v for k, v in done.items()})
-            shown = (
-                f"{value:,.1f}" if value is not None else f"{result.failure_class}: {result.reason} (flaky: cannot win)"
-            )
-            progress.note(f"    trial #{number} again: {shown} (first: {view.value:,.1f})")
-        self._emit("confirmation_finished", {"order": order,
-                                             "measurements": self.study.user_attrs.get(record.CONFIRMATION)})
-
-    def _confirmation_candidates(self, top_k: int) -> list[int]:
-        """The round: the `top_k` best configurations by their first value, then the baseline (kept from
-        an earlier round of this study, so a resumed round measures the same candidates)."""
-        ranking = study_verdict(self.study).ranking
-        earlier = [int(n) for n in self.study.user_attrs.get(record.CONFIRMATION_ORDER) or []]
-        top = [c.number for c in sorted(ranking, key=lambda c: -self._sign * c.first) if not c.baseline][:top_k]
-        base = [c.number for c in ranking if c.baseline]
-        return list(dict.fromkeys(earlier + top + base))
-
-    @property
-    def _sign(self) -> float:
-        return 1.0 if self.cfg.objective.direction == "maximize" else -1.0
 
     def _enqueue_first_trials(self) -> None:
         trials = self.study.get_trials(deepcopy=False)
@@ -324,103 +265,9 @@ class StudyDriver:
             elif entry == "performance-model":
                 made.append(performance_model(self.exp, self.engine, self.engine_version, self.host.get("gpu_names")))
             else:
-                made.append(LlmAdvisor(entry.llm, self.engine.name, self.engine.describe, status=self._status))
+                made.append(LlmAdvisor(entry.llm, self.engine.name, self.engine.describe,
+                                       status=lambda: advising.status(self)))
         return made
-
-    def _status(self) -> dict[str, Any]:
-        """The status report's conclusions so far (report.json), for an advisor that reads them."""
-        from autotuner import report
-
-        return report.to_json(report.summarize(self.study, self.cfg.objective.metric, top_k=10, importances=False))
-
-    def _study_so_far(self, trials_left: int | None) -> StudySoFar:
-        views = [record.view(t) for t in self.study.get_trials(deepcopy=False)]
-        launched = [t for t in views if t.counted and t.state not in ("WAITING", "RUNNING")]
-        load_key = load_kind(self.cfg.load)
-        return StudySoFar(
-            trials=launched, space=self.space, load_key=load_key,
-            max_load=self.cfg.load.max_load,
-            cpus=self.cfg.hardware.cpus or int(self.host.get("cpus_usable") or 1), gpus=self.cfg.hardware.gpus,
-            metric=self.cfg.objective.metric, direction=self.cfg.objective.direction, trials_left=trials_left,
-            defaults=self.engine.defaults(), workload=self.executor.facts,
-        )
-
-    def _advise(self, progress: Progress, trials_left: int | None) -> None:
-        """When the queue is empty: the first advisor with a new, valid proposal gets this slot (asked
-        again after every trial, with its evidence); none: the sampler's slot."""
-        if not self.advisors:
-            return
-        # Workers between trials at once would each find the queue empty and queue the same proposal.
-        with locks.exclusive(self.cfg.study.storage):
-            if self.study.get_trials(deepcopy=False, states=(TrialState.WAITING,)):
-                return
-            self._learn_bans(progress)
-            so_far = self._study_so_far(trials_left)
-            for advisor in self.advisors:
-                try:  # a bug, an unreadable earlier study: that advisor's proposals are lost, never the study
-                    for p in advisor.propose(so_far):
-                        if self._take(advisor.name, p, so_far, progress):
-                            return
-                except Exception as e:  # said once per distinct failure
-                    why = str(e) if isinstance(e, AdviceError) else f"{type(e).__name__}: {e}"
-                    self._refuse(progress, advisor.name, why, f"no proposal this time ({why})")
-
-    def _take(self, who: str, p: Proposal, so_far: StudySoFar, progress: Progress) -> bool:
-        """Enqueue the proposal when it is new and valid; True when it took the slot."""
-        if p.refused:
-            self._refuse(progress, who, repr(sorted(p.params.items(), key=str)),
-                         f"proposed {p.params}: refused ({p.refused})")
-            return False
-        params = complete(p.params, self.space, so_far.defaults)
-        key = record.config_key(params, False)
-        if (who, key) in self._refused or self._measured(params, False) is not None:
-            return False
-        if broken := self._broken(params):
-            self._refuse(progress, who, key, f"proposed {self.engine.describe(params)}: refused ({'; '.join(broken)})")
-            return False
-        reason = p.reason
-        if self._ask_user is not None:
-            answer = self._ask_user(f"{who} proposes {self.engine.describe(params) or '(defaults)'}: {p.reason}",
-                                    params)
-            self._refused.add((who, key))
-            if not answer:
-                progress.note(f"advisor {who}: proposal declined")
-                return False
-            if isinstance(answer, dict) and answer != params:  # edited by the user: checked as any proposal
-                if off := self.space.contains(answer):
-                    progress.note(f"edited config: refused ({off})")
-                    return False
-                params, reason = complete(answer, self.space, so_far.defaults), f"{p.reason} (edited by the user)"
-                key = record.config_key(params, False)
-                if self._measured(params, False) is not None:
-                    progress.note(f"advisor {who}: the edited config {self.engine.describe(params)} was measured "
-                                  "or is being measured")
-                    return False
-                if broken := self._broken(params):
-                    progress.note(f"edited config {self.engine.describe(params)}: refused ({'; '.join(broken)})")
-                    return False
-        self._refused.add((who, key))  # proposed once per run: the sampler completes what it left open
-        self.study.enqueue_trial(params, user_attrs={record.PROPOSED_BY: who, record.REASON: reason},
-                                 skip_if_exists=True)
-        return True
-
-    def _learn_bans(self, progress: Progress) -> None:
-        """Values this engine version refused (core.bans): no proposer launches them again."""
-        views = [record.view(t) for t in self.study.get_trials(deepcopy=False)]
-        learned = bans.learned(views, lambda p, v: self.engine.describe({p: v}), self.engine_version)
-        for ban in learned:
-            if ban not in self.executor.bans:
-                progress.note(f"never again with this engine version: {ban.why()}")
-        self.executor.bans = learned
-
-    def _broken(self, params: dict[str, Any]) -> list[str]:
-        """Why a proposed config must not launch: off the space, or against the engine's rules."""
-        return [why] if (why := self.space.contains(params)) else self.executor.infeasible(params)
-
-    def _refuse(self, progress: Progress, who: str, key: Any, why: str) -> None:
-        if (who, key) not in self._refused:
-            self._refused.add((who, key))
-            progress.note(f"advisor {who}: {why}")
 
     # --- the quality gate's reference -------------------------------------------------------------------
 
@@ -505,7 +352,7 @@ class StudyDriver:
             self._emit("level_measured", trial.number, step, metrics)
 
         with Heartbeat(self.study, trial):
-            self._learn_bans(progress)
+            advising.learn_bans(self, progress)
             if not baseline:
                 self._ensure_reference(trial.number, progress)
             try:
@@ -710,26 +557,6 @@ class StudyDriver:
                 "sampler": c.study.sampler, "pruner": c.study.pruner, "storage": c.study.storage,
                 "load": c.load.describe(),
                 "workload": json.dumps(c.workload.model_dump(mode="json"))}
-
-    def _keep_traffic(self, state: dict[str, Any]) -> None:
-        """Keep how this study's prompts are made, once: workers starting together may both have found it
-        (the same words from the same model); a storage that is busy now is asked again at the next launch."""
-        try:
-            with locks.exclusive(self.cfg.study.storage):
-                if record.TRAFFIC not in self.study.user_attrs:
-                    self.study.set_user_attr(record.TRAFFIC, state)
-        except Exception as e:  # never a trial's failure: the next launch keeps it instead
-            logging.getLogger(__name__).warning("could not keep the workload's vocabulary in the study yet: %s", e)
-
-    def _shape_line(self) -> str:
-        """The requests every trial sends, in one line (the report has the histogram)."""
-        f = self.executor.facts
-        line = f"prompts of {f['input_len']} tokens and answers of {f['output_len']} on average"
-        if f.get("longest_request"):
-            line += f", the longest request {f['longest_request']} tokens"
-        if f.get("prefix_reuse"):
-            line += f", {f['prefix_reuse']:.0%} of prompt tokens a prefix sent before"
-        return line + f"; load: {self.cfg.load.describe()}"
 
     def _summary_metrics(self) -> dict[str, float]:
         """The parent run's summary: trial counts and the winner by the one rule (`winner.decide`)."""

@@ -11,13 +11,18 @@ Without a tokenize endpoint, prompts are the built-in words (about one token eac
 from __future__ import annotations
 
 import hashlib
+import logging
 import statistics
 from collections.abc import Callable
 from dataclasses import replace
 from typing import Any
 
+import optuna
+
 from autotuner.bench.tokenize import TokenizeEndpoint, count_tokens, one_token_words, special_tokens
 from autotuner.config.workload import WorkloadConfig
+from autotuner.core import record
+from autotuner.util import locks
 from autotuner.workloads.plan import BUILTIN, LevelPlan, Vocabulary, render
 from autotuner.workloads.sessions import SessionPlan, render_sessions
 from autotuner.workloads.source import (
@@ -161,3 +166,24 @@ class Traffic:
     def mean_output_len(self) -> float:
         """The mean output length of a level's requests (what a request's timeout follows)."""
         return statistics.fmean(s.output_tokens for s in self.source.specs(level_stream(0), min(self.count, 4096)))
+
+
+def keep_state(study: optuna.Study, storage: str, state: dict[str, Any]) -> None:
+    """Keep how a study's prompts are made, once: workers starting together may both have found it (the
+    same words from the same model); a storage that is busy now is asked again at the next launch."""
+    try:
+        with locks.exclusive(storage):
+            if record.TRAFFIC not in study.user_attrs:
+                study.set_user_attr(record.TRAFFIC, state)
+    except Exception as e:  # never a trial's failure: the next launch keeps it instead
+        logging.getLogger(__name__).warning("could not keep the workload's vocabulary in the study yet: %s", e)
+
+
+def shape_line(facts: dict[str, Any]) -> str:
+    """The requests every trial sends, in one line (engines/model_facts' facts; the report has the histogram)."""
+    line = f"prompts of {facts['input_len']} tokens and answers of {facts['output_len']} on average"
+    if facts.get("longest_request"):
+        line += f", the longest request {facts['longest_request']} tokens"
+    if facts.get("prefix_reuse"):
+        line += f", {facts['prefix_reuse']:.0%} of prompt tokens a prefix sent before"
+    return line

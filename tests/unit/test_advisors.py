@@ -8,6 +8,7 @@ from pathlib import Path
 from autotuner.advisors import Proposal, StudySoFar, complete
 from autotuner.config import SearchSpaceConfig
 from autotuner.config.space import SearchSpace
+from autotuner.core import advising
 from autotuner.core.record import TrialView
 from autotuner.engines._base import get_engine
 from tests.conftest import launched
@@ -118,7 +119,7 @@ def test_workers_advising_at_once_queue_a_proposal_once(tmp_path):
     drivers = [worker(tmp_path, space, WORK + "load: {max_concurrency: [2]}\nquality: off\n")[0] for _ in range(2)]
     for d in drivers:
         d.advisors = [Slow([Proposal({"itl_ms": 2}, "the fast one")])]
-    threads = [threading.Thread(target=d._advise, args=(Progress(2, "output_tok_per_s"), 2)) for d in drivers]
+    threads = [threading.Thread(target=advising.advise, args=(d, Progress(2, "output_tok_per_s"), 2)) for d in drivers]
     for t in threads:
         t.start()
     for t in threads:
