@@ -285,7 +285,7 @@ class TrialExecutor:
         while level is not None:
             of = f" [{step + 1}/{plan.total}]" if plan.total > 1 else ""
             within = f" or {w.duration_s:g} s" if w.duration_s else ""
-            progress.phase(f"measuring {level_text(level)}{of} ({self.traffic.count} requests{within})")
+            progress.phase(f"measuring {level_text(level)}{of} ({self.traffic.count} {self.traffic.unit}{within})")
             timeout_s = self._timeout(level)
             model = handle.spec.served_model_name
             await self._warm_level(handle, step, level, timeout_s, progress)

@@ -57,6 +57,11 @@ class Traffic:
         self.load: Callable[[], Any] = lambda: None  # what an earlier launch of the study found (the driver's)
         self.save: Callable[[dict[str, Any]], None] = lambda state: None
 
+    @property
+    def unit(self) -> str:
+        """What a level counts: requests, or multi-turn sessions."""
+        return "sessions" if isinstance(self.source, SessionSource) else "requests"
+
     def _dataset(self) -> DatasetSource | None:
         data = self.source.dataset if isinstance(self.source, SessionSource) else self.source
         return data if isinstance(data, DatasetSource) else None
