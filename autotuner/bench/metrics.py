@@ -11,6 +11,14 @@ can be compared with what users already know:
 - ITL   = gaps between consecutive content chunks, pooled over all completed requests. A chunk may carry
   several tokens (and chunks that arrived in one network read share a time), so ITL and TPOT differ.
 - Throughputs divide by the level's wall duration (first request sent -> last one finished).
+- Steady-state output throughput (`output_tok_per_s_steady`): the output tokens that arrived between the
+  first request sent and the last one sent, over that window. The drain (the last requests finishing
+  with nothing sent after them, fewer in flight than the level asks) is left out; warm-up requests are
+  never in a level. A chunk's tokens are the request's output tokens shared evenly over its chunks.
+  NaN when the window is under a quarter of the level (all requests sent at once: no steady state).
+- The client's own load (`client_cpu`, `client_lag_ms_*`): the CPU the load generator's busiest process
+  used over the measured phase (1.0 = one core), and how late its event loop woke from a short sleep.
+  A loop that is late delays every timestamp it takes; a process at a full core is the client's limit.
 - usage_missing_rate = share of completed requests whose stream carried no `usage`: their output tokens
   are counted content chunks (a chunk may carry several tokens), so token figures may be too low.
 - Goodput (`goodput`) = completed requests that meet every per-request SLO / duration, as
@@ -40,6 +48,10 @@ MAX_ERROR_SAMPLES = 5  # distinct error messages a LevelResult keeps (with their
 # far past its capacity, not a busy machine.
 CLIENT_LAG_MS = 200.0
 CLIENT_LIMITED = "client_limited"
+# A load generator process busy this share of a core or more was saturated: its loop, not the server,
+# set when requests left and when chunks were read (one event loop uses at most one core).
+CLIENT_CPU_LIMIT = 0.9
+STEADY_MIN_SHARE = 0.25  # a steady window shorter than this share of the level is no steady state
 _NS_PER_MS = 1e6
 _STAT_NAMES = ("mean", "p50", "p90", "p99", "max")
 _LATENCIES = ("ttft_ms", "tpot_ms", "itl_ms", "e2e_ms")
@@ -114,6 +126,10 @@ class LevelResult:
     # (waiting for a concurrency slot, or an event loop that fell behind): its queue time.
     offered_rate: float | None = None
     queue_ms: LatencyStats = field(default_factory=lambda: LatencyStats())
+    output_tok_per_s_steady: float = math.nan  # see the module docstring
+    steady_s: float = math.nan  # the steady window's length
+    client_cpu: float = math.nan  # the busiest load-generator process's CPU over the level (1.0 = one core)
+    client_lag_ms: LatencyStats = field(default_factory=lambda: LatencyStats())  # its event loop's lateness
 
     @property
     def error_rate(self) -> float:
@@ -127,7 +143,8 @@ class LevelResult:
     @classmethod
     def from_records(cls, records: Sequence[RequestRecord], duration_s: float, *,
                      max_concurrency: int | None = None, request_rate: float | None = None,
-                     offered_rate: float | None = None) -> LevelResult:
+                     offered_rate: float | None = None, client_cpu: float = math.nan,
+                     client_lag_ms: Iterable[float] = ()) -> LevelResult:
         """Compute the level's metrics from its records and wall duration (see the module docstring)."""
         ttfts: list[float] = []
         tpots: list[float] = []
@@ -154,6 +171,7 @@ class LevelResult:
             itls.extend((b - a) / _NS_PER_MS for a, b in pairwise(rec.chunk_times_ns))
         rate = (lambda x: x / duration_s) if duration_s > 0 else (lambda x: math.nan)
         queued = [(r.start_ns - r.due_ns) / _NS_PER_MS for r in records if r.due_ns is not None]
+        steady_tokens, steady_s = steady_window(records)
         return cls(
             max_concurrency=max_concurrency,
             request_rate=request_rate,
@@ -173,6 +191,11 @@ class LevelResult:
             usage_missing=usage_missing,
             offered_rate=offered_rate,
             queue_ms=LatencyStats.of(queued),
+            output_tok_per_s_steady=steady_tokens / steady_s if steady_s >= STEADY_MIN_SHARE * duration_s > 0
+            else math.nan,
+            steady_s=steady_s,
+            client_cpu=client_cpu,
+            client_lag_ms=LatencyStats.of(client_lag_ms),
         )
 
     def metrics(self) -> dict[str, float]:
@@ -181,6 +204,7 @@ class LevelResult:
             "output_tok_per_s": self.output_tok_per_s,
             "total_tok_per_s": self.total_tok_per_s,
             "request_per_s": self.request_per_s,
+            "output_tok_per_s_steady": self.output_tok_per_s_steady,
         }
         for name in _LATENCIES:
             stats: LatencyStats = getattr(self, name)
@@ -199,14 +223,27 @@ class LevelResult:
             out["offered_rate"] = self.offered_rate
         if self.queue_ms.count:
             out.update(queue_ms_p50=self.queue_ms.p50, queue_ms_p99=self.queue_ms.p99, queue_ms_max=self.queue_ms.max)
+        if self.client_lag_ms.count:
+            out.update(client_cpu=self.client_cpu, client_lag_ms_p99=self.client_lag_ms.p99,
+                       client_lag_ms_max=self.client_lag_ms.max)
+        if self.queue_ms.count or self.client_lag_ms.count:
             out[CLIENT_LIMITED] = float(self.client_limited)
         return out
 
     @property
     def client_limited(self) -> bool:
-        """Requests of an open schedule left late (see CLIENT_LAG_MS): the client, not the server, set the pace.
-        Under a concurrency limit, waiting for a free slot is the server's doing and counts as queue time."""
+        """The client, not the server, set the pace: a load-generator process used a full core (see
+        CLIENT_CPU_LIMIT), or requests of an open schedule left late (see CLIENT_LAG_MS). Under a
+        concurrency limit, waiting for a free slot is the server's doing and counts as queue time."""
+        return self.client_cpu >= CLIENT_CPU_LIMIT or self.late_schedule
+
+    @property
+    def late_schedule(self) -> bool:
         return self.max_concurrency is None and self.queue_ms.count > 0 and self.queue_ms.p99 > CLIENT_LAG_MS
+
+    def client_note(self) -> str | None:
+        """Why the level does not count when the client limited it, else None."""
+        return client_limit_note(self.metrics())
 
     def to_json(self) -> dict[str, Any]:
         """A strict-JSON-serialisable dict (NaN and inf -> None); `from_json` reverses it."""
@@ -215,16 +252,28 @@ class LevelResult:
     @classmethod
     def from_json(cls, data: dict[str, Any]) -> LevelResult:
         data = dict(data)
-        for name in (*_LATENCIES, "queue_ms"):
+        for name in (*_LATENCIES, "queue_ms", "client_lag_ms"):
             if name not in data:  # a result stored before the field existed
                 continue
             raw = data[name]
             stats = {k: (math.nan if raw[k] is None else float(raw[k])) for k in _STAT_NAMES}
             data[name] = LatencyStats(count=int(raw["count"]), **stats)
-        for name in ("duration_s", "request_per_s", "output_tok_per_s", "total_tok_per_s"):
-            if data[name] is None:
+        for name in ("duration_s", "request_per_s", "output_tok_per_s", "total_tok_per_s", "output_tok_per_s_steady",
+                     "steady_s", "client_cpu"):
+            if name in data and data[name] is None:
                 data[name] = math.nan
         return cls(**data)
+
+
+def client_limit_note(metrics: Mapping[str, float]) -> str | None:
+    """Why a level's metrics do not count when the load generator limited it (LevelResult.client_limited)."""
+    if not metrics.get(CLIENT_LIMITED):
+        return None
+    if metrics.get("client_cpu", 0.0) >= CLIENT_CPU_LIMIT:
+        return (f"the load generator's process used {metrics['client_cpu']:.0%} of a core: it, not the server, "
+                "limited the level (raise load.workers)")
+    return (f"the load generator sent requests {metrics.get('queue_ms_p99', math.nan):.0f} ms late (p99) on an open "
+            "schedule: it, not the server, limited the level (raise load.workers)")
 
 
 def usage_note(result: LevelResult) -> str | None:
@@ -233,6 +282,22 @@ def usage_note(result: LevelResult) -> str | None:
         return None
     return (f"{result.usage_missing} of {result.completed} requests came without usage: their token counts are "
             "counted chunks (a chunk may carry several tokens), so token throughput may read low")
+
+
+def steady_window(records: Sequence[RequestRecord]) -> tuple[float, float]:
+    """(output tokens that arrived, seconds) between the first request sent and the last one sent (see
+    the module docstring); (0, 0) with fewer than two requests sent at different times."""
+    if not records:
+        return 0.0, 0.0
+    begin, end = min(r.start_ns for r in records), max(r.start_ns for r in records)
+    if end <= begin:
+        return 0.0, 0.0
+    tokens = 0.0
+    for r in records:
+        if r.ok and r.chunk_times_ns:
+            inside = sum(begin <= t <= end for t in r.chunk_times_ns)
+            tokens += r.output_tokens * inside / len(r.chunk_times_ns)
+    return tokens, (end - begin) / 1e9
 
 
 # SLO metric prefix -> the per-request latency it limits (index into request_latencies' tuple).

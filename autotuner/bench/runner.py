@@ -15,6 +15,9 @@ requests (or as many as start within `duration_s`), and returns the level's `Lev
   the measured phase together after their warm-ups; perf_counter_ns is CLOCK_MONOTONIC, one clock for
   every process on Linux, so their records merge as they are.
 
+Each process watches itself over the measured phase (`_ClientWatch`): its CPU time and how late its
+event loop wakes from a short sleep, so a level the load generator limited is marked (metrics.py).
+
 One HTTP/1.1 `httpx.AsyncClient` (client.make_client) per process: no proxies from the environment,
 as many connections as requests may be in flight. `format_level` prints a result the way `vllm bench
 serve` does.
@@ -29,6 +32,7 @@ import json
 import math
 import multiprocessing
 import queue
+import time
 from dataclasses import dataclass, replace
 from time import perf_counter_ns
 from typing import Any
@@ -43,6 +47,35 @@ from autotuner.workloads.sessions import SessionPlan
 from autotuner.workloads.synthetic import ENDPOINT_PATHS, Workload, build_payloads, warmup_workload
 
 WORKER_START_TIMEOUT_S = 120.0  # spawning, importing and warming up one worker process
+LAG_PERIOD_S = 0.01  # how often the client's loop checks how late it wakes
+
+
+class _ClientWatch:
+    """The load generator's own load over a measured phase: CPU seconds of this process per wall second,
+    and how late the event loop woke from each `LAG_PERIOD_S` sleep (a busy loop wakes late)."""
+
+    def __init__(self) -> None:
+        self.lags_ms: list[float] = []
+        self._task: asyncio.Task[None] | None = None
+        self._cpu0 = self._wall0 = 0.0
+        self.cpu = math.nan
+
+    async def _watch(self) -> None:
+        loop = asyncio.get_running_loop()
+        while True:
+            t = loop.time()
+            await asyncio.sleep(LAG_PERIOD_S)
+            self.lags_ms.append(max(0.0, (loop.time() - t - LAG_PERIOD_S) * 1e3))
+
+    def start(self) -> None:
+        self._cpu0, self._wall0 = time.process_time(), time.perf_counter()
+        self._task = asyncio.ensure_future(self._watch())
+
+    def stop(self) -> None:
+        wall = time.perf_counter() - self._wall0
+        self.cpu = (time.process_time() - self._cpu0) / wall if wall > 0 else math.nan
+        if self._task is not None:
+            self._task.cancel()
 
 
 @dataclass(frozen=True)
@@ -162,9 +195,9 @@ async def _send_all(client: httpx.AsyncClient, plan: _Plan, bodies: tuple[bytes,
 
 
 async def _run_plan(plan: _Plan, client: httpx.AsyncClient | None,
-                    ready: Any = None) -> tuple[list[RequestRecord | None], int, int]:
-    """Warm up, (wait for the other workers), then the measured phase: (records, start_ns, end_ns); a
-    record is None for a request a `duration_s` bound left unsent."""
+                    ready: Any = None) -> tuple[list[RequestRecord | None], int, int, _ClientWatch]:
+    """Warm up, (wait for the other workers), then the measured phase: (records, start_ns, end_ns, the
+    client's own load); a record is None for a request a `duration_s` bound left unsent."""
     own_client = client is None
     if client is None:
         client = make_client(_connections_needed(plan), plan.timeout_s)
@@ -173,14 +206,19 @@ async def _run_plan(plan: _Plan, client: httpx.AsyncClient | None,
             await _send_all(client, plan, plan.warmup_bodies, plan.max_concurrency, None)
         if ready is not None:
             ready()  # blocks until every worker is warm: nothing else runs on this loop meanwhile
+        watch = _ClientWatch()
+        watch.start()
         start_ns = perf_counter_ns()
         deadline_ns = start_ns + int(plan.duration_s * 1e9) if plan.duration_s else None
-        records = await _send_all(client, plan, plan.bodies, plan.max_concurrency, plan.arrivals_s, deadline_ns)
-        end_ns = perf_counter_ns()
+        try:
+            records = await _send_all(client, plan, plan.bodies, plan.max_concurrency, plan.arrivals_s, deadline_ns)
+        finally:
+            end_ns = perf_counter_ns()
+            watch.stop()
     finally:
         if own_client:
             await client.aclose()
-    return records, start_ns, end_ns
+    return records, start_ns, end_ns, watch
 
 
 async def run_level(
@@ -215,17 +253,18 @@ async def run_level(
     if workers > 1:
         return await asyncio.to_thread(run_level_sync, base_url, model, workload, workers=workers, **options)  # type: ignore[arg-type]
     plan = _plan(base_url, model, workload, **options)  # type: ignore[arg-type]
-    records, start_ns, end_ns = await _run_plan(plan, client)
-    return _result(records, start_ns, end_ns, max_concurrency, request_rate, plan.offered_rate)
+    records, start_ns, end_ns, watch = await _run_plan(plan, client)
+    return _result(records, start_ns, end_ns, max_concurrency, request_rate, plan.offered_rate,
+                   client_cpu=watch.cpu, client_lag_ms=watch.lags_ms)
 
 
 def _result(records: list[RequestRecord | None], start_ns: int, end_ns: int, max_concurrency: int | None,
-            request_rate: float | None, offered_rate: float | None = None,
-            ) -> tuple[LevelResult, list[RequestRecord]]:
+            request_rate: float | None, offered_rate: float | None = None, *, client_cpu: float = math.nan,
+            client_lag_ms: list[float] | tuple[float, ...] = ()) -> tuple[LevelResult, list[RequestRecord]]:
     sent = [r for r in records if r is not None]
     result = LevelResult.from_records(sent, (end_ns - start_ns) / 1e9, max_concurrency=max_concurrency,
-                                      request_rate=request_rate,
-                                      offered_rate=offered_rate)
+                                      request_rate=request_rate, offered_rate=offered_rate,
+                                      client_cpu=client_cpu, client_lag_ms=client_lag_ms)
     return result, sent
 
 
@@ -236,13 +275,15 @@ def _split(total: int | None, parts: int) -> list[int | None]:
 
 
 def _worker_main(plan: _Plan, barrier: Any, results: Any, index: int) -> None:
-    """Entry point of a worker process: run its plan, put (index, records, start_ns, end_ns)."""
+    """Entry point of a worker process: run its plan, put (index, records, start_ns, end_ns, (cpu, lags), None)."""
     try:
-        out = asyncio.run(_run_plan(plan, None, ready=lambda: barrier.wait(WORKER_START_TIMEOUT_S)))
-        results.put((index, [r.to_json() if r else None for r in out[0]], out[1], out[2], None))
+        records, start_ns, end_ns, watch = asyncio.run(
+            _run_plan(plan, None, ready=lambda: barrier.wait(WORKER_START_TIMEOUT_S)))
+        results.put((index, [r.to_json() if r else None for r in records], start_ns, end_ns,
+                     (watch.cpu, watch.lags_ms), None))
     except BaseException as exc:  # reported to the parent, which raises
         barrier.abort()
-        results.put((index, None, 0, 0, f"{type(exc).__name__}: {exc}"))
+        results.put((index, None, 0, 0, None, f"{type(exc).__name__}: {exc}"))
 
 
 def run_level_sync(
@@ -291,12 +332,12 @@ def run_level_sync(
                          name=f"autotuner-loadgen-{k}") for k in range(workers)]
     for p in procs:
         p.start()
-    outputs: dict[int, tuple[list[dict[str, Any]], int, int]] = {}
+    outputs: dict[int, tuple[list[dict[str, Any]], int, int, tuple[float, list[float]]]] = {}
     failures: list[str] = []
     try:
         while len(outputs) + len(failures) < workers:
             try:
-                index, recs, start_ns, end_ns, failure = results.get(timeout=1.0)
+                index, recs, start_ns, end_ns, load, failure = results.get(timeout=1.0)
             except queue.Empty:
                 # A worker that died without reporting (killed, out of memory) must not hang the level.
                 if any(p.exitcode not in (None, 0) for p in procs):
@@ -306,7 +347,7 @@ def run_level_sync(
             if failure is not None:
                 failures.append(f"worker {index}: {failure}")
             else:
-                outputs[index] = (recs, start_ns, end_ns)
+                outputs[index] = (recs, start_ns, end_ns, load)
     finally:
         for p in procs:
             p.join(5)
@@ -315,11 +356,14 @@ def run_level_sync(
     if failures:
         raise RuntimeError("load generator worker failed: " + "; ".join(failures))
     records: list[RequestRecord | None] = [None] * len(plan.bodies)
-    for k, (recs, _, _) in outputs.items():
+    for k, (recs, _, _, _) in outputs.items():
         records[k::workers] = [RequestRecord.from_json(r) if r else None for r in recs]
     start_ns = min(o[1] for o in outputs.values())
     end_ns = max(o[2] for o in outputs.values())
-    return _result(records, start_ns, end_ns, max_concurrency, request_rate, plan.offered_rate)
+    # The busiest worker is the one that could have limited the level; every worker's lateness counts.
+    return _result(records, start_ns, end_ns, max_concurrency, request_rate, plan.offered_rate,
+                   client_cpu=max(o[3][0] for o in outputs.values()),
+                   client_lag_ms=[lag for o in outputs.values() for lag in o[3][1]])
 
 
 def _fmt(value: float, spec: str = ".2f") -> str:
@@ -408,8 +452,14 @@ async def run_sessions(base_url: str, model: str, plan: SessionPlan, *, max_conc
     async with make_client(slots, timeout_s) as client:
         if warmup is not None and warmup.sessions:
             await _send_sessions(client, url, model, warmup, max_concurrency, timeout_s)
+        watch = _ClientWatch()
+        watch.start()
         start_ns = perf_counter_ns()
-        records = await _send_sessions(client, url, model, plan, max_concurrency, timeout_s)
-        end_ns = perf_counter_ns()
+        try:
+            records = await _send_sessions(client, url, model, plan, max_concurrency, timeout_s)
+        finally:
+            end_ns = perf_counter_ns()
+            watch.stop()
     records.sort(key=lambda r: (r.session or 0, r.turn or 0))
-    return _result(list(records), start_ns, end_ns, max_concurrency, None)
+    return _result(list(records), start_ns, end_ns, max_concurrency, None, client_cpu=watch.cpu,
+                   client_lag_ms=watch.lags_ms)

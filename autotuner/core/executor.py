@@ -314,9 +314,8 @@ class TrialExecutor:
                           else prompt_token_metrics(requests, result))}
             if note := usage_note(result):
                 progress.note(f"    warning at {level_text(level)}: {note}")
-            if result.client_limited:
-                progress.note(f"    warning at {level_text(level)}: the load generator sent requests "
-                              f"{result.queue_ms.p99:.0f} ms late (p99): the level does not count (raise load.workers)")
+            if client := result.client_note():
+                progress.note(f"    warning at {level_text(level)}: {client}; the level does not count")
             self.records.level_metrics.append(metrics)
             self.on_level(step, metrics)
             timings["measure_s"] = time.perf_counter() - t

@@ -6,10 +6,9 @@ suits it, so the sweep's best level, not its last, is the trial's value.
 
 from __future__ import annotations
 
-import math
 from collections.abc import Mapping, Sequence
 
-from autotuner.bench.metrics import CLIENT_LIMITED
+from autotuner.bench.metrics import client_limit_note
 from autotuner.config import ObjectiveConfig
 
 
@@ -39,9 +38,8 @@ def violations(metrics: Mapping[str, float], objective: ObjectiveConfig) -> list
     """Why this level does not count: the SLO limits it breaks, too many failed requests, and a load
     generator that fell behind its schedule (the level measured the client, not the server)."""
     broken = slo_violations(metrics, objective.slo)
-    if metrics.get(CLIENT_LIMITED):
-        broken.append(f"the load generator sent requests {metrics.get('queue_ms_p99', math.nan):.0f} ms late (p99) on "
-                      "an open schedule: it, not the server, limited the level (more load.workers)")
+    if client := client_limit_note(metrics):
+        broken.append(client)
     rate = metrics.get("error_rate")
     if rate is not None and rate > objective.max_error_rate:
         broken.append(f"error_rate {rate:.1%} > {objective.max_error_rate:.0%}")

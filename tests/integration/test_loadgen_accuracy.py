@@ -396,3 +396,51 @@ def test_a_time_bound_stops_poisson_arrivals_too() -> None:
     with FakeOpenAIServer(FakeServerConfig(ttft_s=0.01)) as server:
         result, records = run(run_level(server.base_url, "m", workload, request_rate=50.0, duration_s=0.5))
     assert 5 <= len(records) < 100 and result.completed == len(records) and result.duration_s < 3.0
+
+
+# ---- the client watches itself ----------------------------------------------------------------------
+
+
+def test_a_level_reports_its_own_client_load_and_is_not_limited_when_idle() -> None:
+    workload = Workload(num_prompts=20, input_len=8, output_len=8)
+    with FakeOpenAIServer(FakeServerConfig(ttft_s=0.02, itl_s=0.01)) as server:
+        result, _ = run(run_level(server.base_url, "m", workload, max_concurrency=4))
+    assert result.client_lag_ms.count >= 5  # one sample per 10 ms sleep over a level of ~0.5 s
+    assert 0.0 <= result.client_cpu < 0.9 and not result.client_limited
+    assert result.metrics()["client_limited"] == 0.0 and "client_lag_ms_p99" in result.metrics()
+
+
+def test_a_load_generator_that_burns_its_core_marks_the_level_it_limited() -> None:
+    """Another task on the client's loop spins the CPU: the loop wakes late and the process runs at a full
+    core, so the level is marked client-limited and the objective refuses it, with the reason."""
+    workload = Workload(num_prompts=20, input_len=8, output_len=8)
+
+    async def level_beside_a_busy_loop(url: str) -> Any:
+        done = asyncio.Event()
+
+        async def spin() -> None:
+            while not done.is_set():
+                t = time.perf_counter()
+                while time.perf_counter() - t < 0.03:  # hold the loop 30 ms at a time
+                    pass
+                await asyncio.sleep(0)
+
+        spinner = asyncio.ensure_future(spin())
+        try:
+            return await run_level(url, "m", workload, max_concurrency=4)
+        finally:
+            done.set()
+            await spinner
+
+    with FakeOpenAIServer(FakeServerConfig(ttft_s=0.02, itl_s=0.01)) as server:
+        result, _ = run(level_beside_a_busy_loop(server.base_url))
+    assert result.client_cpu >= 0.9 and result.client_limited, result.client_cpu
+    assert result.client_lag_ms.p99 >= 20
+    assert "used" in (result.client_note() or "") and "of a core" in (result.client_note() or "")
+
+
+def test_two_workers_report_the_busiest_process() -> None:
+    workload = Workload(num_prompts=20, input_len=8, output_len=8)
+    with FakeOpenAIServer(FakeServerConfig(ttft_s=0.01, itl_s=0.005)) as server:
+        result, _ = run_level_sync(server.base_url, "m", workload, max_concurrency=4, workers=2)
+    assert 0.0 <= result.client_cpu < 0.9 and result.client_lag_ms.count >= 4

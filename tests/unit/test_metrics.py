@@ -217,3 +217,41 @@ def test_a_p99_of_few_requests_says_it_is_about_their_maximum():
     why = violations({"ttft_ms_p99": 3000.0, "completed": 32.0, "error_rate": 0.0},
                      ObjectiveConfig(slo={"ttft_ms_p99": 2000}))
     assert why == ["ttft_ms_p99 3000.0 > 2000 (a p99 of 32 requests: about their maximum)"]
+
+
+def _decoding(start_s: float, ttft_s: float, tokens: int, itl_s: float) -> RequestRecord:
+    ns = 1_000_000_000
+    first = int((start_s + ttft_s) * ns)
+    chunks = [first + int(i * itl_s * ns) for i in range(tokens)]
+    return RequestRecord(start_ns=int(start_s * ns), first_token_ns=first, chunk_times_ns=chunks,
+                         end_ns=chunks[-1], output_tokens=tokens, prompt_tokens=4, usage_reported=True)
+
+
+def test_steady_throughput_counts_the_tokens_between_the_first_and_the_last_request_sent() -> None:
+    # Two requests at once, a third sent at 1 s when the first ends, alone in its drain until 2 s.
+    records = [_decoding(0.0, 0.0, 10, 0.1), _decoding(0.0, 0.0, 10, 0.1), _decoding(1.0, 0.0, 10, 0.1)]
+    result = LevelResult.from_records(records, 2.0, max_concurrency=2)
+    assert result.output_tok_per_s == pytest.approx(15.0)  # as vLLM counts it: the whole level
+    # From 0 s to 1 s (the last start): the first two requests' 20 tokens and the third's first one.
+    assert result.steady_s == pytest.approx(1.0)
+    assert result.output_tok_per_s_steady == pytest.approx(21.0)
+    assert result.metrics()["output_tok_per_s_steady"] == pytest.approx(21.0)
+
+
+def test_a_level_sent_all_at_once_has_no_steady_state() -> None:
+    records = [_decoding(0.0, 0.1, 10, 0.1) for _ in range(4)]
+    result = LevelResult.from_records(records, 1.0)
+    assert math.isnan(result.output_tok_per_s_steady)
+    assert LevelResult.from_json(result.to_json()).steady_s == 0.0
+
+
+def test_a_client_at_a_full_core_limits_the_level_and_says_so() -> None:
+    records = [_decoding(0.0, 0.1, 10, 0.1) for _ in range(4)]
+    busy = LevelResult.from_records(records, 1.0, max_concurrency=4, client_cpu=0.97, client_lag_ms=[1.0, 40.0])
+    idle = LevelResult.from_records(records, 1.0, max_concurrency=4, client_cpu=0.2, client_lag_ms=[1.0, 2.0])
+    assert busy.client_limited and not idle.client_limited
+    assert busy.metrics()["client_limited"] == 1.0 and idle.metrics()["client_limited"] == 0.0
+    assert busy.client_note() == ("the load generator's process used 97% of a core: it, not the server, limited "
+                                  "the level (raise load.workers)")
+    restored = LevelResult.from_json(busy.to_json())
+    assert restored.client_cpu == pytest.approx(0.97) and restored.client_lag_ms.max == pytest.approx(40.0)
