@@ -251,6 +251,9 @@ class ConfirmConfig(_Strict):
                        "baseline, interleaved (0: no confirmation; the winner is then provisional).")
     repeats: int = Field(3, ge=1, description="Launches of each candidate and of the baseline in the round; the "
                          "winner is the best median of these.")
+    near: int = Field(2, ge=0, description="Up to this many more configurations join the round when their first "
+                      "value came within the noise of the best's (stop.min_improvement, or the spread measured): "
+                      "one reading does not rule them out.")
 
 
 AdvisorName = Literal["engine", "earlier-studies", "performance-model", "neighbours"]

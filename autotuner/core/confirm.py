@@ -24,12 +24,17 @@ def run(driver: StudyDriver, progress: Progress) -> None:
         progress.note("confirm: skipped for a multi-objective study (the Pareto front is the answer); "
                       "to re-measure a member, enqueue its params in a study of its own")
         return
-    order = candidates(driver, c.top_k)
+    noise = driver.noise()
+    order = candidates(driver, c.top_k, c.near, noise)
     if len(order) < 2:
         progress.note("confirm: skipped (fewer than two configurations completed: nothing to compare)")
         return
     driver.study.set_user_attr(record.CONFIRMATION_ORDER, order)
     views = {n: record.view(driver.study.trials[n]) for n in order}
+    tuned = [n for n in order if not views[n].baseline]
+    if len(tuned) > c.top_k:
+        progress.note(f"confirm: {', '.join(f'#{n}' for n in tuned[c.top_k:])} join the round: a first value within "
+                      f"the noise ({noise:.0%}) of the best's does not rule a config out")
     total = len(order) * c.repeats
     while True:
         done = record.confirmation(driver.study.user_attrs)  # other workers may have added to it
@@ -59,12 +64,17 @@ def run(driver: StudyDriver, progress: Progress) -> None:
     driver._emit("confirmation_finished", {"order": order,
                                          "measurements": driver.study.user_attrs.get(record.CONFIRMATION)})
 
-def candidates(driver: StudyDriver, top_k: int) -> list[int]:
-    """The round: the `top_k` best configurations by their first value, then the baseline (kept from
-    an earlier round of this study, so a resumed round measures the same candidates)."""
+def candidates(driver: StudyDriver, top_k: int, near: int = 0, noise: float = 0.0) -> list[int]:
+    """The round: the `top_k` best configurations by their first value, then up to `near` more whose first
+    value came within `noise` (relative) of the best's (one reading does not rule them out), then the
+    baseline. An earlier round's list comes first, so a resumed round measures the same candidates."""
     ranking = study_verdict(driver.study).ranking
     earlier = [int(n) for n in driver.study.user_attrs.get(record.CONFIRMATION_ORDER) or []]
-    top = [c.number for c in sorted(ranking, key=lambda c: -sign(driver) * c.first) if not c.baseline][:top_k]
+    tuned = [c for c in sorted(ranking, key=lambda c: -sign(driver) * c.first) if not c.baseline]
+    top = [c.number for c in tuned[:top_k]]
+    if tuned and top_k:
+        best = tuned[0].first
+        top += [c.number for c in tuned[top_k:] if sign(driver) * (best - c.first) <= abs(best) * noise][:near]
     base = [c.number for c in ranking if c.baseline]
     return list(dict.fromkeys(earlier + top + base))
 

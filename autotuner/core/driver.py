@@ -217,14 +217,18 @@ class StudyDriver:
             for t in self.study.get_trials(deepcopy=False, states=(TrialState.COMPLETE, TrialState.PRUNED))
         ]
         points = [t.values for t in sorted(finished, key=lambda t: t.number) if t.first_measurement]
-        # each config's measurements (its trial's and the round's), as the winner rule reads them: the noise
-        repeats = {c.number: [c.first, *c.measured] for c in study_candidates(self.study)}
-        noise = max(self.cfg.stop.min_improvement, stopping.relative_noise(repeats) or 0.0)
+        noise = self.noise()
         if self.cfg.objective.multi:  # no target (config.cross_check); patience is on the front's hypervolume
             return stopping.decide_front(points, self.cfg.objective.all_directions,
                                          patience=self.cfg.stop.patience, noise=noise)
         return stopping.decide([p[0] if p else None for p in points], self.cfg.objective.direction,
                                target=self.cfg.stop.target, patience=self.cfg.stop.patience, noise=noise)
+
+    def noise(self) -> float:
+        """The relative noise of a measurement: the spread of each config's repeated values (its trial's and
+        the confirmation's, as the winner rule reads them), never below `stop.min_improvement`."""
+        repeats = {c.number: [c.first, *c.measured] for c in study_candidates(self.study)}
+        return max(self.cfg.stop.min_improvement, stopping.relative_noise(repeats) or 0.0)
 
     def _enqueue_first_trials(self) -> None:
         trials = self.study.get_trials(deepcopy=False)

@@ -98,6 +98,18 @@ def test_the_round_interleaves_the_top_configs_with_the_baseline(tmp_path):
     assert "median of 2 confirmation launches" in (tmp_path / "results" / "fake" / "report.md").read_text()
 
 
+def test_a_config_within_the_noise_of_the_best_joins_the_round(tmp_path):
+    """top_k 1 names one config; a second whose first value came within the noise of the best's is not
+    ruled out on one reading (near: 1): it is launched again with them. One far behind is not."""
+    trials, out = study(tmp_path, "  itl_ms: {type: categorical, choices: [2, 2.02, 40]}\n",
+                        WORK + "load: {max_concurrency: [4]}\nconfirm: {top_k: 1, repeats: 1, near: 1}\n"
+                        "stop: {min_improvement: 0.3}\n"
+                        "enqueue: [{itl_ms: 2}, {itl_ms: 2.02}, {itl_ms: 40}]\n", 4)
+    order = [int(n) for n in re.findall(r"\[confirm \d/3 · #(\d+)\] confirming", out)]
+    close = sorted((t for t in trials if t.number and t.params["itl_ms"] < 40), key=lambda t: -t.value)
+    assert order == [close[0].number, close[1].number, 0], out[-3000:]
+
+
 def test_a_reproposed_config_is_never_launched_again_nor_counted(tmp_path):
     trials, out = study(tmp_path, "  capacity: {type: categorical, choices: [8, 16]}\n",
                         WORK + "load: {max_concurrency: [2]}\nconfirm: {top_k: 0}\n", 10)
