@@ -46,7 +46,7 @@ class StudySoFar:
     direction: str
     trials_left: int | None = None  # this run's remaining budget, when known
     defaults: Mapping[str, Any] = field(default_factory=dict)  # the engine's own default per param
-    # The requests every trial sends (engines/model_facts.feasibility_context): longest_request and
+    # The requests every trial sends (config/feasibility.feasibility_context): longest_request and
     # mean_request in tokens, prefix_reuse (0..1), where known.
     workload: Mapping[str, Any] = field(default_factory=dict)
 

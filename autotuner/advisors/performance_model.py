@@ -30,9 +30,9 @@ from autotuner.advisors.aic_inputs import (
 )
 from autotuner.advisors.aic_runner import AicRunner, CannotEstimate, Coverage, Estimate
 from autotuner.config import BoolParam, CategoricalParam, FloatParam, IntParam
+from autotuner.config.feasibility import feasibility_context
 from autotuner.config.space import SearchSpace
 from autotuner.core.load_search import load_kind
-from autotuner.engines.model_facts import feasibility_context
 
 FEW = 3  # proposals: the predicted best, enough to cover the model's error without spending the budget on it
 MAX_STEPS = 16  # an int or float param with more values than this is sampled at its ends and middle

@@ -40,6 +40,7 @@ from autotuner.bench.server_metrics import ServerMetricsSampler
 from autotuner.bench.server_metrics import summarize as summarize_samples
 from autotuner.bench.spread import spread_metrics
 from autotuner.config import Experiment
+from autotuner.config.feasibility import feasibility_context
 from autotuner.config.space import SearchSpace
 from autotuner.core import bans, launch, pruning, record, timeouts
 from autotuner.core.load_search import level_text, load_kind, make_plan
@@ -48,7 +49,6 @@ from autotuner.core.progress import Progress
 from autotuner.core.traffic import Traffic
 from autotuner.core.trial_records import TrialRecords
 from autotuner.engines._base import Engine, LaunchContext, LaunchSpec
-from autotuner.engines.model_facts import feasibility_context
 from autotuner.launchers._base import Handle, Launcher, LaunchError, free_port
 from autotuner.node.pool import Leases, PoolTooSmall
 from autotuner.stages import moe_log

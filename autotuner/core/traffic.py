@@ -185,7 +185,7 @@ def keep_state(study: optuna.Study, storage: str, state: dict[str, Any]) -> None
 
 
 def shape_line(facts: dict[str, Any]) -> str:
-    """The requests every trial sends, in one line (engines/model_facts' facts; the report has the histogram)."""
+    """The requests every trial sends, in one line (config/feasibility's facts; the report has the histogram)."""
     line = f"prompts of {facts['input_len']} tokens and answers of {facts['output_len']} on average"
     if facts.get("longest_request"):
         line += f", the longest request {facts['longest_request']} tokens"

@@ -16,10 +16,7 @@ import shlex
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, ClassVar
-
-if TYPE_CHECKING:  # the advisor seam's types; engines only fill them
-    from autotuner.advisors import Proposal, StudySoFar
+from typing import Any, ClassVar
 
 
 @dataclass(frozen=True)
@@ -233,15 +230,10 @@ class Engine:
         """Rules this config breaks before any launch (empty: launchable).
 
         `context` holds facts about the experiment: `input_len`, `output_len`, `gpus`, `engine_args`, and
-        the model's shape when its config.json is at hand (autotuner.engines.model_facts: `num_attention_heads`,
+        the model's shape when its config.json is at hand (autotuner.models.facts: `num_attention_heads`,
         `num_key_value_heads`, `num_hidden_layers`, `num_experts`, `max_position_embeddings`, `kv_lora_rank`,
         `num_nextn_predict_layers`).
         Each broken rule is one line saying what the rule is and what broke it."""
-        return []
-
-    def advise(self, study: StudySoFar) -> list[Proposal]:
-        """Engine knowledge (the `engine` advisor): configs an engineer who knows this engine would try
-        first, and the next step a trial's evidence points at. None by default."""
         return []
 
     def cache_env(self) -> dict[str, str]:

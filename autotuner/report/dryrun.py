@@ -18,16 +18,16 @@ from collections.abc import Callable
 import optuna
 from optuna.trial import TrialState
 
-from autotuner.advisors import StudySoFar, complete
+from autotuner.advisors import StudySoFar, complete, engine_rules
 from autotuner.advisors.aic_runner import CannotEstimate
 from autotuner.advisors.performance_model import PerformanceModel, performance_model
 from autotuner.config import Experiment
+from autotuner.config.feasibility import feasibility_context, workload_shape
 from autotuner.config.space import SearchSpace
 from autotuner.core.launch import planned
 from autotuner.core.load_search import load_kind
 from autotuner.core.study import make_sampler, startup_trials
 from autotuner.engines._base import Engine, value_text
-from autotuner.engines.model_facts import feasibility_context, workload_shape
 from autotuner.launchers._base import env_words, gpu_env
 from autotuner.workloads.source import shape_lines
 
@@ -69,7 +69,7 @@ def dry_run(exp: Experiment, engine: Engine, n: int, echo: Callable[[str], None]
     model = _performance_model(exp, engine, echo)
     # What the advisors start from, in the experiment's order (earlier studies: the storage is not read).
     for entry in cfg.advisors:
-        proposals = engine.advise(so_far) if entry == "engine" else \
+        proposals = engine_rules.advise(engine, so_far) if entry == "engine" else \
             model.propose(so_far) if entry == "performance-model" and model else []
         for p in proposals:
             study.enqueue_trial(complete(p.params, space, so_far.defaults), user_attrs={"proposed_by": entry,

@@ -26,9 +26,10 @@ from pathlib import Path, PurePosixPath
 from typing import Any
 
 from autotuner.config import BoolParam, CategoricalParam, Experiment, IntParam, VolumeConfig
+from autotuner.config.feasibility import feasibility_context
 from autotuner.config.space import SearchSpace
 from autotuner.engines._base import Engine, LaunchContext, LaunchSpec
-from autotuner.engines.model_facts import feasibility_context, read_quantization
+from autotuner.models.facts import read_quantization
 
 KERNELS_MOUNT = "/autotuner-kernels"  # where a container sees the kernel cache
 DONE_FILE = "done.json"  # written into a job's folder once its tuner produced configs

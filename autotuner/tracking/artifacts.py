@@ -26,11 +26,11 @@ from optuna.trial import FrozenTrial
 
 from autotuner import report
 from autotuner.config import Experiment, FloatParam, IntParam
+from autotuner.config.feasibility import workload_shape
 from autotuner.core import launch
 from autotuner.core.callbacks import Series, StudyCallback
 from autotuner.core.study import best_trial, primary_value
 from autotuner.engines._base import Engine
-from autotuner.engines.model_facts import workload_shape
 from autotuner.report import export, plots
 from autotuner.tracking import MlflowTracker
 from autotuner.util.secrets import Redactor

@@ -22,11 +22,11 @@ from typer.testing import CliRunner
 
 from autotuner.cli import app
 from autotuner.config import load_experiment
+from autotuner.config.feasibility import feasibility_context
 from autotuner.config.space import SearchSpace
 from autotuner.core import launch
 from autotuner.core.study import make_sampler, open_study
 from autotuner.engines._base import get_engine
-from autotuner.engines.model_facts import feasibility_context
 from autotuner.launchers.docker import DockerLauncher
 from autotuner.launchers.docker_command import container_gpus, docker_run_argv
 from autotuner.launchers.process import ProcessLauncher

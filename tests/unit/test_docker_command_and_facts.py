@@ -8,8 +8,8 @@ from pathlib import Path
 
 from autotuner.config import DockerConfig
 from autotuner.engines._base import LaunchContext, LaunchSpec, get_engine
-from autotuner.engines.model_facts import read_model_facts
 from autotuner.launchers.docker_command import container_context, docker_run_argv, docker_run_line, mounts
+from autotuner.models.facts import read_model_facts
 
 
 def test_docker_run_line_for_an_eight_gpu_vllm_launch():

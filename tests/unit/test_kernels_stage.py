@@ -130,7 +130,7 @@ def test_the_tuner_dtype_of_each_quantization(quantization, checkpoint, expected
 
 
 def test_the_checkpoint_quantization_is_read_from_config_json(tmp_path):
-    from autotuner.engines.model_facts import read_quantization
+    from autotuner.models.facts import read_quantization
 
     model = model_dir(tmp_path, {"quant_method": "compressed-tensors",
                                  "config_groups": {"group_0": {"format": "nvfp4-pack-quantized"}}})

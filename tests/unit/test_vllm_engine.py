@@ -255,7 +255,7 @@ def test_moe_dcp_and_mtp_rules_are_vllms_own(vllm, params, context, rule):
 def test_model_facts_tell_mla_and_mtp_layers(tmp_path):
     import json
 
-    from autotuner.engines.model_facts import read_model_facts
+    from autotuner.models.facts import read_model_facts
 
     (tmp_path / "config.json").write_text(json.dumps({"num_attention_heads": 64, "kv_lora_rank": 512,
                                                       "num_nextn_predict_layers": 1, "n_routed_experts": 256}))
