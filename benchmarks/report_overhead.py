@@ -25,6 +25,7 @@ from pathlib import Path
 import optuna
 
 from autotuner import report
+from autotuner.engines._base import get_engine
 from autotuner.report import plots
 from autotuner.util import paths
 
@@ -93,7 +94,7 @@ def sampler_overhead(model: Path, rounds: int) -> None:
     workload = Workload(endpoint="completions", num_prompts=48, input_len=64, output_len=64, seed=0)
 
     async def one(sample: bool) -> tuple[float, float, int]:
-        sampler = ServerMetricsSampler(base, "llamacpp")
+        sampler = ServerMetricsSampler(base, get_engine("llamacpp").server_metrics)
         if sample:
             sampler.start()
         result, _ = await run_level(base, "m", workload, max_concurrency=16, timeout_s=120)

@@ -6,11 +6,12 @@ Three parts, kept apart:
   differ only by labels are added up (vLLM labels every series with the model and engine index), and
   histogram/summary series (`_bucket`, `_sum`, `_count`, quantiles) are left out: a sampler wants
   gauges and counters.
-- each engine adapter (`server_metrics`) maps its's names onto one vocabulary (`kv_cache_usage` as a 0..1 ratio,
-  `requests_running`, `requests_waiting`, `preemptions_total`, `generation_tokens_total`, ...), so the
-  report reasons about every engine alike. Names come from the engines' sources: llama.cpp
-  tools/server/server-task.cpp (`llamacpp:` prefix; it reports no KV-cache usage and counts generated
-  tokens only when a request finishes), vLLM v1 metrics (`vllm:`), SGLang (`sglang:`).
+- each engine adapter (`server_metrics`, handed to the sampler: this module knows no engine) maps its
+  names onto one vocabulary (`kv_cache_usage` as a 0..1 ratio, `requests_running`, `requests_waiting`,
+  `preemptions_total`, `generation_tokens_total`, ...), so the report reasons about every engine alike.
+  Names come from the engines' sources: llama.cpp tools/server/server-task.cpp (`llamacpp:` prefix; it
+  reports no KV-cache usage and counts generated tokens only when a request finishes), vLLM v1 metrics
+  (`vllm:`), SGLang (`sglang:`).
 - `ServerMetricsSampler` polls `/metrics` every `interval_s` on a thread of its own, off the
   measurement's event loop, and keeps `Sample`s; `summarize` (pure) turns the samples of one load level
   into `server_*` metrics: mean and max of each gauge, the increase of each counter over the level.
@@ -32,17 +33,11 @@ import urllib.parse
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
-from autotuner.engines._base import EngineError, get_engine
-
 DEFAULT_INTERVAL_S = 0.5
 
-@functools.cache
-def sources(engine: str) -> Mapping[str, tuple[str, str, float]]:
-    """The engine's /metrics series by canonical name (each adapter publishes its own; read-only)."""
-    try:
-        return get_engine(engine).server_metrics
-    except EngineError:
-        return {}
+# An engine's /metrics series by canonical name: (its own name, "gauge" or "counter", scale). Each engine
+# adapter publishes its own (`Engine.server_metrics`); whoever builds a sampler hands them over.
+Series = Mapping[str, tuple[str, str, float]]
 
 
 _LINE = re.compile(r"^([a-zA-Z_:][a-zA-Z0-9_:]*)(\{.*\})?\s+(\S+)(?:\s+\d+)?\s*$")
@@ -81,27 +76,27 @@ def parse_prometheus(text: str) -> dict[str, float]:
     return out
 
 
-def canonical(engine: str, raw: Mapping[str, float]) -> dict[str, float]:
+def canonical(series: Series, raw: Mapping[str, float]) -> dict[str, float]:
     """One engine's parsed metrics -> the canonical names (those the engine exposes)."""
     out = {}
-    for name, (source, _kind, scale) in sources(engine).items():
+    for name, (source, _kind, scale) in series.items():
         if source in raw:
             out[name] = raw[source] * scale
     return out
 
 
 @functools.cache
-def _selector(engine: str) -> re.Pattern[bytes]:
-    names = sorted({source for source, _k, _s in sources(engine).values()}, key=len, reverse=True)
+def _selector(sources: frozenset[str]) -> re.Pattern[bytes]:
+    names = sorted(sources, key=len, reverse=True)
     alternatives = b"|".join(re.escape(n.encode()) for n in names) or b"(?!)"
     return re.compile(rb"^(" + alternatives + rb")(?:\{[^\n]*\})?[ \t]+(\S+)", re.M)
 
 
-def read_canonical(engine: str, text: bytes) -> dict[str, float]:
-    """`canonical(engine, parse_prometheus(text))`, cheaply: one C-level regex scan picks the engine's
+def read_canonical(series: Series, text: bytes) -> dict[str, float]:
+    """`canonical(series, parse_prometheus(text))`, cheaply: one C-level regex scan picks the engine's
     series out of a page of hundreds of lines (a poll holds the GIL, so it must be short)."""
     raw: dict[str, float] = {}
-    for m in _selector(engine).finditer(text):
+    for m in _selector(frozenset(source for source, _k, _s in series.values())).finditer(text):
         try:
             value = float(m.group(2))
         except ValueError:
@@ -109,11 +104,11 @@ def read_canonical(engine: str, text: bytes) -> dict[str, float]:
         if not math.isnan(value):
             name = m.group(1).decode()
             raw[name] = raw.get(name, 0.0) + value
-    return canonical(engine, raw)
+    return canonical(series, raw)
 
 
-def kinds(engine: str) -> dict[str, str]:
-    return {name: kind for name, (_s, kind, _x) in sources(engine).items()}
+def kinds(series: Series) -> dict[str, str]:
+    return {name: kind for name, (_s, kind, _x) in series.items()}
 
 
 @dataclass(frozen=True)
@@ -123,14 +118,14 @@ class Sample:
     boundary: bool = False  # taken at a level's start or end (counters only: see ServerMetricsSampler)
 
 
-def summarize(samples: Sequence[Sample], engine: str) -> dict[str, float]:
+def summarize(samples: Sequence[Sample], series: Series) -> dict[str, float]:
     """The samples of one load level -> `server_<name>_mean` / `_max` for gauges (samples taken under
     load only, not at the level's boundaries), `server_<name>` (the increase over the level) for counters,
     `server_prefix_cache_hit_rate` (hit / queried prompt tokens, where the engine counts both), plus
     `server_samples` (samples under load; 0 when a level was too short to sample)."""
     inside = [s for s in samples if not s.boundary]
     out: dict[str, float] = {"server_samples": float(len(inside))}
-    for name, kind in kinds(engine).items():
+    for name, kind in kinds(series).items():
         if kind == "counter":
             values = [s.values[name] for s in samples if name in s.values]
             if len(values) >= 2:
@@ -149,7 +144,7 @@ def summarize(samples: Sequence[Sample], engine: str) -> dict[str, float]:
 class ServerMetricsSampler:
     """Polls `<base_url>/metrics` every `interval_s` on its own thread; `mark()` starts a load level.
 
-        sampler = ServerMetricsSampler(base_url, "vllm"); sampler.start()
+        sampler = ServerMetricsSampler(base_url, engine.server_metrics); sampler.start()
         ... sampler.mark() before each level, sampler.level_samples(i) after it ...
         await sampler.stop()   (or sampler.close() from synchronous code)
 
@@ -163,9 +158,9 @@ class ServerMetricsSampler:
     its gauges under load. A boundary sample waits for the poller at most `boundary_timeout_s`.
     """
 
-    def __init__(self, base_url: str, engine: str, interval_s: float = DEFAULT_INTERVAL_S):
+    def __init__(self, base_url: str, series: Series, interval_s: float = DEFAULT_INTERVAL_S):
         self.base_url = base_url
-        self.engine = engine
+        self.series = series
         self.interval_s = interval_s
         self.samples: list[Sample] = []
         self.marks: list[int] = []
@@ -229,7 +224,7 @@ class ServerMetricsSampler:
         c0 = time.thread_time()
         try:
             body = connection.get()
-            values = read_canonical(self.engine, body) if body is not None else {}
+            values = read_canonical(self.series, body) if body is not None else {}
             if body is None:
                 self.failures += 1
         finally:

@@ -493,7 +493,8 @@ class StudyDriver:
                 (trial_dir / name).write_text(self.redact.text(content) or "")
         if result.log_tail:
             (trial_dir / "failure.txt").write_text(f"{result.failure_class}: {result.reason}\n\n{result.log_tail}\n")
-        self._emit("trial_finished", self.study._storage.get_trial(trial._trial_id), records.series(self.engine.name))
+        self._emit("trial_finished", self.study._storage.get_trial(trial._trial_id),
+                   records.series(self.engine.server_metrics))
         progress.trial_finished(result.state, result.value,
                                 f"{result.failure_class}: {result.reason}" if result.failure_class else result.reason,
                                 self._best_so_far())

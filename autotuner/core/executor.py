@@ -234,7 +234,7 @@ class TrialExecutor:
             self._check_stop("after checking its answers")
         if not measure_levels:
             return TrialResult("COMPLETE")
-        sampler = ServerMetricsSampler(handle.base_url, self.engine.name)
+        sampler = ServerMetricsSampler(handle.base_url, self.engine.server_metrics)
         sampler.start()
         # NVML next to /metrics, for the power and communication diagnoses; none on a CPU experiment.
         self.gpu_telemetry = GpuTelemetrySampler(handle.spec.gpu_ids, enabled=self.cfg.hardware.gpus > 0)
@@ -308,7 +308,7 @@ class TrialExecutor:
             results.append(result)
             metrics = {**level, **result.metrics(), **spread_metrics(records), "request_timeout_s": timeout_s,
                        GOODPUT: goodput(records, result.duration_s, objective.slo),
-                       **summarize_samples(sampler.level_samples(step), self.engine.name),
+                       **summarize_samples(sampler.level_samples(step), self.engine.server_metrics),
                        **self.gpu_telemetry.level_metrics(step), **({DROPPED_BEFORE: dropped} if dropped else {}),
                        **(session_metrics(records) if isinstance(requests, SessionPlan)
                           else prompt_token_metrics(requests, result))}

@@ -20,7 +20,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 from autotuner.bench.client import RequestRecord
-from autotuner.bench.server_metrics import Sample, ServerMetricsSampler, kinds
+from autotuner.bench.server_metrics import Sample, Series, ServerMetricsSampler, kinds
 from autotuner.engines._base import LaunchSpec
 from autotuner.node import host
 
@@ -69,8 +69,8 @@ class TrialRecords:
                 json.dumps({"t_s": round(s.t_s, 3), "level": level, **s.values}) + "\n" for level, s in self.samples)
         return out
 
-    def series(self, engine: str) -> list[tuple[str, float, int, int]]:
-        """The samples as MLflow metric points (key, value, step ms, timestamp ms)."""
+    def series(self, engine: Series) -> list[tuple[str, float, int, int]]:
+        """The samples as MLflow metric points (key, value, step ms, timestamp ms); `engine`: its /metrics series."""
         points: list[tuple[str, float, int, int]] = []
         kind = kinds(engine)
         previous: Sample | None = None

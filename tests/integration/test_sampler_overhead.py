@@ -13,6 +13,7 @@ import statistics
 
 from autotuner.bench.runner import run_level
 from autotuner.bench.server_metrics import DEFAULT_INTERVAL_S, ServerMetricsSampler
+from autotuner.engines._base import get_engine
 from autotuner.workloads.synthetic import Workload
 from tests.conftest import with_timing_retries
 from tests.fake_openai_server import FakeOpenAIServer, FakeServerConfig
@@ -26,7 +27,7 @@ WORKLOAD = Workload(num_prompts=300, input_len=8, output_len=16)
 
 async def ttft_p99(base_url: str, sampled: bool) -> tuple[float, int]:
     """TTFT p99 (ms) of one level, and how many polls the sampler made meanwhile."""
-    sampler = ServerMetricsSampler(base_url, "vllm", interval_s=POLL_INTERVAL_S)
+    sampler = ServerMetricsSampler(base_url, get_engine("vllm").server_metrics, interval_s=POLL_INTERVAL_S)
     if sampled:
         sampler.start()  # from inside the measurement's event loop, as the tuner does
         sampler.mark()
