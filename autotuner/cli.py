@@ -10,12 +10,12 @@ import json
 import os
 import sys
 from pathlib import Path
-from typing import TYPE_CHECKING, Literal, NoReturn, cast
+from typing import TYPE_CHECKING, Literal, NoReturn
 
 import typer
 
 if TYPE_CHECKING:
-    from autotuner.launchers.docker import DockerLauncher
+    pass
 
 app = typer.Typer(add_completion=False, no_args_is_help=True, pretty_exceptions_enable=False,
                   help="Find the fastest configuration of an LLM inference server, automatically.")
@@ -88,6 +88,7 @@ def run(
     Several `autotuner run`s on one --storage (other processes, other machines) share its study."""
     from rich.console import Console
 
+    from autotuner import compose
     from autotuner.config import ConfigError, load_experiment
 
     if advice not in ("auto", "ask", "off"):
@@ -108,7 +109,8 @@ def run(
         # No terminal, or --parallel workers (they run unattended): nobody to ask, proposals are taken.
         if advice == "ask" and (worker is not None or parallel > 1 or not sys.stdin.isatty()):
             advice = "auto"
-        tuner = _make_tuner(exp, tracking_uri, results, pool=_pool(exp, parallel, gpus), worker=worker, advice=advice)
+        tuner = compose.make_tuner(exp, tracking_uri, results, say=_say, pool=compose.worker_pool(exp, parallel, gpus),
+                               worker=worker, advice=advice, ask=_ask)
     except ConfigError as e:
         _fail(str(e))
         return
@@ -190,12 +192,8 @@ def _worker_seed(exp, seed: int | None, worker: str | None) -> int | None:
     return None if base is None else base + 1000 * int(worker.removeprefix("w") or 0)
 
 
-def _pool(exp, parallel: int, gpus: str | None):
-    from autotuner.node.host import gpu_topology
-    from autotuner.node.pool import Leases, node_pool, with_topology
-
-    pool = node_pool(exp.config, parallel, gpus)
-    return Leases(with_topology(pool, gpu_topology() if pool.kind == "gpu" else None)) if pool else None
+def _say(line: str) -> None:
+    typer.echo(line, err=True)
 
 
 def _ask(question: str, params: dict) -> bool | dict:
@@ -220,88 +218,15 @@ def _ask(question: str, params: dict) -> bool | dict:
         return False
 
 
-def _make_tuner(exp, tracking_uri: str | None, results: Path, pool=None, worker: str | None = None,
-                advice: str = "auto"):
-    from autotuner.config import ConfigError
-    from autotuner.core import preflight
-    from autotuner.core.driver import StudyDriver
-    from autotuner.launchers import make_launcher
-    from autotuner.tracking import MlflowTracker
-
-    cfg = exp.config
-    engine = preflight.check(exp)
-    binary = None
-    if cfg.launcher == "process":  # in a container the engine is the image's
-        binary, hint = engine.find_binary()
-        if binary is None:
-            raise ConfigError(hint)
-    launcher = make_launcher(exp, progress=lambda line: typer.echo(line, err=True))
-    if cfg.hardware.gpus > 0 and worker is None:  # --parallel workers: their parent checked already
-        _gpu_preflight(exp, launcher, binary, pool)
-    if cfg.kernels is not None:  # after the preflight, once before the first trial; workers find it done
-        from autotuner.stages import kernel_stage
-
-        exp, _ = kernel_stage.prepare(exp, engine, lambda line: typer.echo(line, err=True),
-                                      gpus=_preflight_gpus(exp, pool), run_jobs=worker is None)
-        launcher = make_launcher(exp, progress=lambda line: typer.echo(line, err=True))  # with the tuned kernels
-    engine_version = None
-    if cfg.launcher == "docker":  # the engine that runs is the image's, not a host binary
-        engine_version = cast("DockerLauncher", launcher).engine_version(engine, {"autotuner.study": cfg.study_name})
-    tracker = MlflowTracker(tracking_uri or cfg.tracking.uri)
-    from autotuner.core.progress import Progress
-
-    return StudyDriver(exp, engine=engine, launcher=launcher, tracker=tracker, results_dir=results,
-                 binary=str(binary) if binary else None, engine_version=engine_version, pool=pool,
-                 progress=lambda total: Progress(total, cfg.objective.metric, worker=worker), advice=advice, ask=_ask)
-
-
-def _preflight_gpus(exp, pool) -> list[int]:
-    return list(pool.pool.units) if pool is not None else list(range(exp.config.hardware.gpus))
-
-
-def _study_gpus(exp) -> list[int]:
-    """The GPUs a study of `exp` would use, without --gpus: its pool's (none on a CPU experiment)."""
-    from autotuner.node.pool import node_pool
-
-    pool = node_pool(exp.config, 1, None)
-    return list(pool.units) if pool is not None and pool.kind == "gpu" else []
-
-
-def _gpu_preflight(exp, launcher, binary, pool) -> None:
-    """Before the first trial: CUDA, P2P and NUMA in the image (or on the host); a fault stops here (exit 2)."""
-    from autotuner.config import ConfigError
-    from autotuner.node import gpu_preflight as gp
-
-    cfg, gpus = exp.config, _preflight_gpus(exp, pool)
-    if cfg.launcher == "docker":
-        where = f"in image {cfg.docker.image}"
-        labels = {"autotuner.study": cfg.study_name, "autotuner.role": "preflight"}
-
-        def run(probe):
-            return gp.ProbeResult(probe, *launcher.run_once(list(probe.argv), gpus, labels))
-        python = "python3"
-    else:
-        where = "on this host"
-        python = gp.host_python(binary)
-
-        def run(probe):
-            return gp.run_on_host(probe, gpus, os.environ)
-    typer.echo(f"GPU preflight {where}, GPU(s) {','.join(map(str, gpus))} ...", err=True)
-    verdict = gp.check(run, cfg.hardware.gpus, python)
-    if verdict.problems:
-        raise ConfigError(gp.failure_text(verdict, where))
-    for fact in verdict.facts:
-        typer.echo(f"  {fact}", err=True)
-
-
 def _dry_run(exp, trials: int) -> None:
     from autotuner.core import preflight
+    from autotuner.node.pool import study_gpus
     from autotuner.report.dryrun import dry_run
     from autotuner.stages import kernel_stage, kernels
 
     engine = preflight.check(exp, need_model=False)
     binary = None if exp.config.launcher == "docker" else engine.planned_binary()
-    gpus = _study_gpus(exp)
+    gpus = study_gpus(exp.config)
     if exp.config.hardware.gpus > 0:  # what runs first, printed first
         from autotuner.report.dryrun import preflight_plan
 
@@ -324,6 +249,7 @@ def kernels_command(
     once per engine version and GPU (what a `kernels:` section runs before the first trial)."""
     from autotuner.config import ConfigError, KernelsConfig, load_experiment
     from autotuner.core import preflight
+    from autotuner.node.pool import study_gpus
     from autotuner.stages import kernel_stage
 
     try:
@@ -332,9 +258,9 @@ def kernels_command(
             exp = exp.model_copy(update={"config": exp.config.model_copy(update={"kernels": KernelsConfig()})})
         engine = preflight.check(exp, need_model=not dry_run)
         if dry_run:
-            kernel_stage.describe(exp, engine, typer.echo, _study_gpus(exp))
+            kernel_stage.describe(exp, engine, typer.echo, study_gpus(exp.config))
             return
-        _, result = kernel_stage.prepare(exp, engine, typer.echo, gpus=_study_gpus(exp))
+        _, result = kernel_stage.prepare(exp, engine, typer.echo, gpus=study_gpus(exp.config))
     except ConfigError as e:
         _fail(str(e))
         return

@@ -25,6 +25,7 @@ sys.path.insert(0, str(REPO))
 
 from rich.console import Console  # noqa: E402  # after the path insert above
 
+from autotuner.compose import make_driver  # noqa: E402
 from autotuner.config import load_experiment  # noqa: E402
 from autotuner.core.driver import StudyDriver  # noqa: E402
 from autotuner.core.progress import Progress  # noqa: E402
@@ -44,7 +45,7 @@ def driver_for(folder: Path, engine_cache: bool) -> StudyDriver:
             .replace('engine_args: ["--enforce-eager", ', "engine_args: ["))
     text = text.replace("startup_timeout_s: 180", "startup_timeout_s: 900")  # a cold compile on a busy box
     (folder / "exp.yaml").write_text(text + f"engine_cache: {str(engine_cache).lower()}\nquality: off\n")
-    return StudyDriver(load_experiment(folder / "exp.yaml"), engine=get_engine("vllm"),
+    return make_driver(load_experiment(folder / "exp.yaml"), engine=get_engine("vllm"),
                        launcher=ProcessLauncher(folder / "procs"), tracker=MlflowTracker(root=folder / "mlruns"),
                        results_dir=folder / "results", binary=str(VLLM_PYTHON),
                        progress=lambda total: Progress(total, "output_tok_per_s", Console(file=io.StringIO())))

@@ -29,8 +29,8 @@ sys.path.insert(0, str(REPO))
 
 import yaml  # noqa: E402
 
+from autotuner.compose import make_driver  # noqa: E402
 from autotuner.config import load_experiment  # noqa: E402
-from autotuner.core.driver import StudyDriver  # noqa: E402
 from autotuner.core.progress import Progress  # noqa: E402
 from autotuner.engines._base import get_engine  # noqa: E402
 from autotuner.launchers.process import ProcessLauncher  # noqa: E402
@@ -76,7 +76,7 @@ def run(name: str, level_warmup: bool, launches: int, tmp: Path) -> dict[str, di
     if "trace" in cfg["workload"]:
         cfg["workload"]["trace"]["path"] = str(folder / "workloads" / "trace.jsonl")
     (folder / "exp.yaml").write_text(yaml.safe_dump(cfg))
-    driver = StudyDriver(load_experiment(folder / "exp.yaml"), engine=get_engine("llamacpp"),
+    driver = make_driver(load_experiment(folder / "exp.yaml"), engine=get_engine("llamacpp"),
                          launcher=ProcessLauncher(folder / "procs"), tracker=MlflowTracker(root=folder / "mlruns"),
                          results_dir=folder / "results", binary=str(llama_server_binary()),
                          progress=lambda total: Progress(total, "output_tok_per_s"))

@@ -11,6 +11,7 @@ from typing import Any
 
 from rich.console import Console
 
+from autotuner.compose import make_driver  # noqa: E402
 from autotuner.config import Experiment
 from autotuner.core.driver import StudyDriver
 from autotuner.core.executor import TrialResult
@@ -26,7 +27,7 @@ def replay_driver(exp: Experiment, engine: Engine, folder: Path, lookup: Callabl
     """The driver of a study in `folder`, whose every launch is `lookup(params, **_)`; MLflow's store is
     the one beside `folder`."""
     metric = exp.config.objective.metric
-    driver = StudyDriver(exp, engine=engine, launcher=ProcessLauncher(folder / "procs"),
+    driver = make_driver(exp, engine=engine, launcher=ProcessLauncher(folder / "procs"),
                          tracker=MlflowTracker(root=folder.parent / "mlruns"), results_dir=folder / "results",
                          engine_version=engine_version,
                          progress=lambda total: Progress(total, metric, Console(file=io.StringIO())))

@@ -15,8 +15,8 @@ import tempfile
 import time
 from pathlib import Path
 
+from autotuner.compose import make_driver  # noqa: E402
 from autotuner.config import load_experiment
-from autotuner.core.driver import StudyDriver
 from autotuner.core.progress import Progress
 from autotuner.engines._base import get_engine
 from autotuner.launchers.process import ProcessLauncher
@@ -49,7 +49,7 @@ def main() -> None:
             .replace("sqlite:///autotuner.db", f"sqlite:///{tmp_path}/study.db"))
         exp = load_experiment(exp_file)
         t = time.perf_counter()
-        tuner = StudyDriver(exp, engine=get_engine("llamacpp"), launcher=ProcessLauncher(tmp_path / "procs"),
+        tuner = make_driver(exp, engine=get_engine("llamacpp"), launcher=ProcessLauncher(tmp_path / "procs"),
                       tracker=MlflowTracker(root=tmp_path / "mlruns"), results_dir=tmp_path / "results",
                       binary=str(binary), progress=lambda n: Progress(n, "output_tok_per_s"))
         setup_s = time.perf_counter() - t

@@ -19,12 +19,15 @@ from typing import Any
 from autotuner.engines._base import Engine, Flag, LaunchContext, LaunchSpec
 
 SERVER = Path(__file__).resolve().parent / "fake_openai_server.py"
+# Its defaults take this long between tokens, as a real server does: an instant server would have the
+# load generator's own loop set the pace, and the level would rightly not count (client_limited).
+DEFAULT_ITL_MS = 1
 
 
 class FakeEngine(Engine):
     name = "fake"
     flags = {
-        "itl_ms": Flag(flag="--itl-s", help="milliseconds between tokens"),
+        "itl_ms": Flag(flag="--itl-s", help="milliseconds between tokens", default=DEFAULT_ITL_MS),
         "capacity": Flag(flag="--capacity", help="requests served at once; more get 503"),
         "start_delay_s": Flag(flag="--start-delay-s", help="seconds before it listens"),
         "wrong_answers": Flag(on="--wrong-answers", help="answers differ from the defaults'"),
@@ -39,7 +42,7 @@ class FakeEngine(Engine):
 
     def build(self, params: Mapping[str, Any], ctx: LaunchContext) -> LaunchSpec:
         argv = [sys.executable, str(SERVER), "--port", str(ctx.port), "--coarse-timing", "--metrics-lines", "1",
-                *self.tuning_args(params), *ctx.extra_args]
+                *self.tuning_args({"itl_ms": DEFAULT_ITL_MS, **params}), *ctx.extra_args]
         return LaunchSpec(argv=argv, port=ctx.port, served_model_name=ctx.served_model_name, health_path="/health")
 
     def classify_failure(self, log_tail: str, exit_code: int | None = None) -> tuple[str | None, str | None]:

@@ -48,7 +48,7 @@ MAX_ERROR_SAMPLES = 5  # distinct error messages a LevelResult keeps (with their
 # far past its capacity, not a busy machine.
 CLIENT_LAG_MS = 200.0
 CLIENT_LIMITED = "client_limited"
-# A load generator process busy this share of a core or more was saturated: its loop, not the server,
+# A load generator loop busy this share of a core or more was saturated: its loop, not the server,
 # set when requests left and when chunks were read (one event loop uses at most one core).
 CLIENT_CPU_LIMIT = 0.9
 STEADY_MIN_SHARE = 0.25  # a steady window shorter than this share of the level is no steady state
@@ -232,7 +232,7 @@ class LevelResult:
 
     @property
     def client_limited(self) -> bool:
-        """The client, not the server, set the pace: a load-generator process used a full core (see
+        """The client, not the server, set the pace: a load-generator event loop used a full core (see
         CLIENT_CPU_LIMIT), or requests of an open schedule left late (see CLIENT_LAG_MS). Under a
         concurrency limit, waiting for a free slot is the server's doing and counts as queue time."""
         return self.client_cpu >= CLIENT_CPU_LIMIT or self.late_schedule
@@ -270,7 +270,7 @@ def client_limit_note(metrics: Mapping[str, float]) -> str | None:
     if not metrics.get(CLIENT_LIMITED):
         return None
     if metrics.get("client_cpu", 0.0) >= CLIENT_CPU_LIMIT:
-        return (f"the load generator's process used {metrics['client_cpu']:.0%} of a core: it, not the server, "
+        return (f"the load generator's event loop used {metrics['client_cpu']:.0%} of a core: it, not the server, "
                 "limited the level (raise load.workers)")
     return (f"the load generator sent requests {metrics.get('queue_ms_p99', math.nan):.0f} ms late (p99) on an open "
             "schedule: it, not the server, limited the level (raise load.workers)")

@@ -15,7 +15,7 @@ requests (or as many as start within `duration_s`), and returns the level's `Lev
   the measured phase together after their warm-ups; perf_counter_ns is CLOCK_MONOTONIC, one clock for
   every process on Linux, so their records merge as they are.
 
-Each process watches itself over the measured phase (`_ClientWatch`): its CPU time and how late its
+Each process watches itself over the measured phase (`_ClientWatch`): its event loop thread's CPU time and how late its
 event loop wakes from a short sleep, so a level the load generator limited is marked (metrics.py).
 
 One HTTP/1.1 `httpx.AsyncClient` (client.make_client) per process: no proxies from the environment,
@@ -51,8 +51,10 @@ LAG_PERIOD_S = 0.01  # how often the client's loop checks how late it wakes
 
 
 class _ClientWatch:
-    """The load generator's own load over a measured phase: CPU seconds of this process per wall second,
-    and how late the event loop woke from each `LAG_PERIOD_S` sleep (a busy loop wakes late)."""
+    """The load generator's own load over a measured phase: CPU seconds of the event loop's thread per
+    wall second (that thread sends, reads and parses every request; a server in the same process, as in
+    tests, or the metrics sampler run on threads of their own and do not count), and how late the loop
+    woke from each `LAG_PERIOD_S` sleep (a busy loop wakes late)."""
 
     def __init__(self) -> None:
         self.lags_ms: list[float] = []
@@ -68,12 +70,12 @@ class _ClientWatch:
             self.lags_ms.append(max(0.0, (loop.time() - t - LAG_PERIOD_S) * 1e3))
 
     def start(self) -> None:
-        self._cpu0, self._wall0 = time.process_time(), time.perf_counter()
+        self._cpu0, self._wall0 = time.thread_time(), time.perf_counter()
         self._task = asyncio.ensure_future(self._watch())
 
     def stop(self) -> None:
         wall = time.perf_counter() - self._wall0
-        self.cpu = (time.process_time() - self._cpu0) / wall if wall > 0 else math.nan
+        self.cpu = (time.thread_time() - self._cpu0) / wall if wall > 0 else math.nan
         if self._task is not None:
             self._task.cancel()
 

@@ -20,12 +20,6 @@ if TYPE_CHECKING:
     from autotuner.core.driver import StudyDriver
 
 
-def status(driver: StudyDriver) -> dict[str, Any]:
-    """The status report's conclusions so far (report.json), for an advisor that reads them."""
-    from autotuner import report
-
-    return report.to_json(report.summarize(driver.study, driver.cfg.objective.metric, top_k=10, importances=False))
-
 def study_so_far(driver: StudyDriver, trials_left: int | None) -> StudySoFar:
     views = [record.view(t) for t in driver.study.get_trials(deepcopy=False)]
     launched = [t for t in views if t.counted and t.state not in ("WAITING", "RUNNING")]

@@ -15,13 +15,12 @@ It never launches or measures by itself (the executor does) and never decides a 
 from __future__ import annotations
 
 import json
-import platform
 import random
 import re
 import subprocess
 import time
 import warnings
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any, cast
 
@@ -30,11 +29,6 @@ from optuna.trial import TrialState
 
 from autotuner import quality
 from autotuner.advisors import Advisor
-from autotuner.advisors.earlier_studies import EarlierStudies
-from autotuner.advisors.engine_knowledge import EngineKnowledge
-from autotuner.advisors.llm import LlmAdvisor
-from autotuner.advisors.neighbours import Neighbours
-from autotuner.advisors.performance_model import performance_model
 from autotuner.config import Experiment, recheck
 from autotuner.config.space import RandomSuggester, SearchSpace
 from autotuner.core import advising, confirm, record, stopping
@@ -44,6 +38,7 @@ from autotuner.core.load_search import highest_passing, load_kind
 from autotuner.core.objective import meets, scored_index
 from autotuner.core.progress import Progress
 from autotuner.core.recovery import WORKER_ATTR, Heartbeat, recover_stale_trials
+from autotuner.core.resolved import resolved_experiment
 from autotuner.core.sampling import FAILURE_CONSTRAINT
 from autotuner.core.study import best_trial, open_study, primary_value, sized_sampler
 from autotuner.core.study import candidates as study_candidates
@@ -53,8 +48,6 @@ from autotuner.engines._base import Engine, LaunchSpec
 from autotuner.launchers._base import Launcher, this_owner
 from autotuner.node import host
 from autotuner.node.pool import Leases
-from autotuner.tracking import MlflowStudyLog, MlflowTracker
-from autotuner.tracking.artifacts import StudyArtifacts, settings
 from autotuner.util import locks, secrets
 from autotuner.util.interrupts import StopRequests
 
@@ -67,18 +60,25 @@ AskUser = Callable[[str, dict[str, Any]], "bool | dict[str, Any]"]
 
 
 class StudyDriver:
-    """Runs trials of one experiment's study. Construct, then `run(n_trials)`; safe to rerun (resumes)."""
+    """Runs trials of one experiment's study. Construct, then `run(n_trials)`; safe to rerun (resumes).
 
-    def __init__(self, experiment: Experiment, *, engine: Engine, launcher: Launcher, tracker: MlflowTracker,
+    What records the study (`callbacks`: MLflow, the study's files) and who proposes configs (`advisors`)
+    are handed in by the composition root (`autotuner/app.py`), each built from the driver's own facts
+    (its study, folder, engine version, host, redactor): the driver knows neither tracking nor report.
+    `ask`: with --advice ask, the user's say on each proposal (None: proposals are taken as they come).
+    """
+
+    def __init__(self, experiment: Experiment, *, engine: Engine, launcher: Launcher,
                  results_dir: Path = Path("results"), binary: str | None = None,
                  progress: Callable[[int | None], Progress] | None = None, engine_version: str | None = None,
-                 pool: Leases | None = None, advice: str = "auto", ask: AskUser | None = None):
+                 pool: Leases | None = None, ask: AskUser | None = None,
+                 callbacks: Callable[[StudyDriver], Sequence[StudyCallback]] | None = None,
+                 advisors: Callable[[StudyDriver], Sequence[Advisor]] | None = None):
         self.exp = experiment
         self.cfg = experiment.config
         recheck(self.cfg)  # command-line overrides are applied after the file was validated
         self.engine = engine
         self.launcher = launcher
-        self.tracker = tracker
         self.space = SearchSpace(experiment.space)
         self.binary = binary
         self.workdir = results_dir / self.cfg.study_name
@@ -89,15 +89,7 @@ class StudyDriver:
         self.study = open_study(self.cfg, n_levels=self.cfg.load.max_steps)
         self.secrets = secrets.collect(self.cfg.secret_env)
         self.redact = secrets.Redactor(self.secrets)
-        self.artifacts = StudyArtifacts(self.study, experiment, engine, tracker, self.workdir, binary=binary,
-                                        engine_version=self.engine_version, environment=self._environment(),
-                                        redactor=self.redact)
-        self.mlflow = MlflowStudyLog(tracker, study_name=self.cfg.study_name, tags=self._common_tags(),
-                                     params={k: self.redact.text(str(v)) for k, v in self._study_params().items()},
-                                     workdir=self.workdir, metric=self.cfg.objective.metric,
-                                     direction=self.cfg.objective.direction)
-        # The order matters at the end: the files are written, then MLflow gets the summary and closes.
-        self.callbacks: list[StudyCallback] = [self.artifacts, self.mlflow]
+        self.experiment_text = self.redact.text(resolved_experiment(experiment)) or ""  # each trial keeps it
         self.executor = TrialExecutor(experiment, engine=engine, launcher=launcher, binary=binary,
                                       secrets=self.secrets, pool=pool)
         self.executor.cache_dir = self._engine_cache() if self.cfg.engine_cache else None
@@ -107,8 +99,10 @@ class StudyDriver:
         self.executor.traffic.save = lambda state: keep_state(self.study, self.cfg.study.storage, state)
         self._stop = StopRequests()
         self._no_reference: str | None = None  # why this run checks no answers (the defaults gave none)
-        self.advisors = self._make_advisors() if advice != "off" else []
-        self._ask_user = ask if advice == "ask" else None  # None: proposals are taken without asking
+        # Called in order at every event: the order matters at the end (files written, then MLflow closes).
+        self.callbacks: list[StudyCallback] = list(callbacks(self)) if callbacks else []
+        self.advisors: list[Advisor] = list(advisors(self)) if advisors else []
+        self._ask_user = ask
         self._refused: set[tuple[str, Any]] = set()  # proposals refused (said once) or taken, this run
 
     # --- the study --------------------------------------------------------------------------------------
@@ -127,7 +121,6 @@ class StudyDriver:
         reaped = self.launcher.reap(self.labels)
         if reaped:
             progress.note(f"removed {len(reaped)} engine(s) left by an interrupted run: {', '.join(reaped)}")
-        self.tracker.warn = progress.note
         # Workers starting at once: one queues the baseline, and all continue one MLflow parent run.
         with locks.exclusive(self.cfg.study.storage):
             self._emit("study_started", self.study)
@@ -253,25 +246,6 @@ class StudyDriver:
                 },
                 skip_if_exists=True,
             )
-
-    # --- advisors ------------------------------------------------------------------------------------------
-
-    def _make_advisors(self) -> list[Advisor]:
-        made: list[Advisor] = []
-        for entry in self.cfg.advisors:
-            if entry == "engine":
-                made.append(EngineKnowledge(self.engine))
-            elif entry == "earlier-studies":
-                made.append(EarlierStudies(self.cfg.study.storage, self.cfg.study_name, self.engine.name, self.host,
-                                           settings(self.exp)))
-            elif entry == "neighbours":
-                made.append(Neighbours())
-            elif entry == "performance-model":
-                made.append(performance_model(self.exp, self.engine, self.engine_version, self.host.get("gpu_names")))
-            else:
-                made.append(LlmAdvisor(entry.llm, self.engine.name, self.engine.describe,
-                                       status=lambda: advising.status(self)))
-        return made
 
     # --- the quality gate's reference -------------------------------------------------------------------
 
@@ -487,7 +461,7 @@ class StudyDriver:
         for name, text in result.launch_artifacts.items():
             (trial_dir / name).write_text(self.redact.text(text) or "")
         extra = records.artifacts(trial_dir, self.engine.tuning_args(params), command,
-                                        self.artifacts.experiment_text)
+                                        self.experiment_text)
         for name, content in extra.items():  # requests.jsonl is written there already
             if isinstance(content, str):
                 (trial_dir / name).write_text(self.redact.text(content) or "")
@@ -544,24 +518,6 @@ class StudyDriver:
         except (OSError, subprocess.TimeoutExpired):
             return "unknown"
         return self.engine.parse_version(out.stdout + out.stderr)
-
-    def _common_tags(self) -> dict[str, str]:
-        return {"autotuner.engine": self.engine.name, "autotuner.engine_version": self.engine_version,
-                "autotuner.launcher": self.cfg.launcher, "autotuner.host": platform.node(),
-                "autotuner.cpu": platform.processor() or platform.machine(), **host.tags(self.host)}
-
-    def _environment(self) -> dict[str, Any]:
-        return {"engine": self.engine.name, "engine_version": self.engine_version, "launcher": self.cfg.launcher,
-                "host": self.host}
-
-    def _study_params(self) -> dict[str, Any]:
-        c = self.cfg
-        return {"experiment": str(self.exp.source), "engine": c.engine, "model": str(self.exp.model_path),
-                "search_space": json.dumps(self.exp.space.model_dump(mode="json", exclude_defaults=True)),
-                "objective": c.objective.describe(),
-                "sampler": c.study.sampler, "pruner": c.study.pruner, "storage": c.study.storage,
-                "load": c.load.describe(),
-                "workload": json.dumps(c.workload.model_dump(mode="json"))}
 
     def _summary_metrics(self) -> dict[str, float]:
         """The parent run's summary: trial counts and the winner by the one rule (`winner.decide`)."""

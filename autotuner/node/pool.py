@@ -84,6 +84,12 @@ def node_pool(cfg: ExperimentConfig, parallel: int, gpus: str | None,
     return Pool.of_cpus() if parallel > 1 else None
 
 
+def study_gpus(cfg: ExperimentConfig) -> list[int]:
+    """The GPUs a study of `cfg` would use, without --gpus: its pool's (none on a CPU experiment)."""
+    pool = node_pool(cfg, 1, None)
+    return list(pool.units) if pool is not None and pool.kind == "gpu" else []
+
+
 def with_topology(pool: Pool, topo_text: str | None) -> Pool:
     """A GPU pool that packs by the links in `topo_text` (`nvidia-smi topo -m`); unchanged without one."""
     topology = parse_topo_matrix(topo_text or "") if pool.kind == "gpu" else None

@@ -21,7 +21,6 @@ from pathlib import Path
 from typing import Any, cast
 
 import optuna
-import yaml
 from optuna.trial import FrozenTrial
 
 from autotuner import report
@@ -29,6 +28,7 @@ from autotuner.config import Experiment, FloatParam, IntParam
 from autotuner.config.feasibility import workload_shape
 from autotuner.core import launch
 from autotuner.core.callbacks import Series, StudyCallback
+from autotuner.core.resolved import experiment_from_text, resolved_experiment
 from autotuner.core.study import best_trial, primary_value
 from autotuner.engines._base import Engine
 from autotuner.report import export, plots
@@ -77,23 +77,6 @@ def target(exp: Experiment) -> float | None:
         if isinstance(value, (int, float)):
             return float(value)
     return None
-
-
-def resolved_experiment(exp: Experiment) -> str:
-    """The experiment as the study ran it: paths resolved, the search space inlined (YAML)."""
-    data = exp.config.model_dump(mode="json")
-    data["model"]["path"] = str(exp.model_path)
-    for volume, config in zip(
-        (data.get("docker") or {}).get("volumes", []), getattr(exp.config.docker, "volumes", []), strict=False
-    ):
-        volume["host"] = str((exp.source.parent / config.host).resolve())  # read back, the file's folder is gone
-    if exp.config.kernels is not None:  # read back, a folder relative to the file would be lost
-        from autotuner.stages.kernels import cache_root
-
-        data["kernels"]["cache_dir"] = str(cache_root(exp))
-    data["search_space"] = exp.space.model_dump(mode="json", exclude_defaults=True)
-    return (f"# {exp.source} with paths resolved and {exp.space_path} inlined\n"
-            + yaml.safe_dump(data, sort_keys=False))
 
 
 def winner_text(fmt: str, engine: Engine, exp: Experiment, row: report.TrialRow, binary: str | None,
@@ -229,18 +212,6 @@ class StudyArtifacts(StudyCallback):
 
 
 # --- reading a study back (autotuner report / best) ---------------------------------------------------
-
-def experiment_from_text(text: str, source: str) -> Experiment:
-    """Rebuild an Experiment from `resolved_experiment`'s YAML (kept in the study's user attributes)."""
-    from autotuner.config import ExperimentConfig, SearchSpaceConfig
-
-    data = yaml.safe_load(text)
-    space = SearchSpaceConfig.model_validate(data.pop("search_space"))
-    data["search_space"] = "(inline)"
-    cfg = ExperimentConfig.model_validate(data)
-    return Experiment(source=Path(source), config=cfg, space=space, model_path=Path(cfg.model.path),
-                      space_path=Path(source))
-
 
 def open_existing(
     exp: Experiment | None, storage: str | None, study_name: str | None

@@ -15,8 +15,8 @@ import optuna
 import pytest
 from mlflow.tracking import MlflowClient
 
+from autotuner.compose import make_driver
 from autotuner.config import load_experiment
-from autotuner.core.driver import StudyDriver
 from autotuner.core.progress import Progress
 from autotuner.engines._base import get_engine
 from autotuner.launchers.process import ProcessLauncher
@@ -53,7 +53,7 @@ def servers_of(model: Path) -> list[int]:
 
 def run_study(tmp_path: Path, exp_file: Path, binary: str, trials: int) -> optuna.Study:
     exp = load_experiment(exp_file)
-    tuner = StudyDriver(exp, engine=get_engine("llamacpp"), launcher=ProcessLauncher(tmp_path / "procs"),
+    tuner = make_driver(exp, engine=get_engine("llamacpp"), launcher=ProcessLauncher(tmp_path / "procs"),
                   tracker=MlflowTracker(root=tmp_path / "mlruns"), results_dir=tmp_path / "results", binary=binary,
                   progress=lambda n: Progress(n, "output_tok_per_s"))
     return tuner.run(trials)

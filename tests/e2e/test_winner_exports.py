@@ -25,6 +25,7 @@ from autotuner.config import load_experiment
 from autotuner.config.feasibility import feasibility_context
 from autotuner.config.space import SearchSpace
 from autotuner.core import launch
+from autotuner.core.resolved import experiment_from_text, resolved_experiment
 from autotuner.core.study import make_sampler, open_study
 from autotuner.engines._base import get_engine
 from autotuner.launchers.docker import DockerLauncher
@@ -32,7 +33,7 @@ from autotuner.launchers.docker_command import container_gpus, docker_run_argv
 from autotuner.launchers.process import ProcessLauncher
 from autotuner.node.pool import Pool, pack
 from autotuner.tracking import MlflowTracker
-from autotuner.tracking.artifacts import StudyArtifacts, experiment_from_text, resolved_experiment
+from autotuner.tracking.artifacts import StudyArtifacts
 
 REPO = Path(__file__).resolve().parents[2]
 EXPERIMENTS = sorted((REPO / "experiments").glob("*.yaml"))

@@ -15,8 +15,8 @@ import pytest
 from mlflow.tracking import MlflowClient
 from optuna.trial import TrialState
 
+from autotuner.compose import make_driver
 from autotuner.config import load_experiment
-from autotuner.core.driver import StudyDriver
 from autotuner.core.objective import meets
 from autotuner.core.progress import Progress
 from autotuner.engines._base import get_engine
@@ -44,8 +44,9 @@ load: {search: {max_concurrency: [1, 16], steps: 4}}
 objective: {slo: {ttft_ms_p99: 2000}, max_error_rate: 0.2}  # one client: far below it even on a busy machine
 enqueue: [{parallel: 1}]   # one slot: 16 clients queue far past the SLO, one client does not
 """))
-    tuner = StudyDriver(exp, engine=get_engine("llamacpp"), launcher=ProcessLauncher(tmp_path / "procs"),
-                  tracker=MlflowTracker(root=tmp_path / "mlruns"), results_dir=tmp_path / "results",
+    tracker = MlflowTracker(root=tmp_path / "mlruns")
+    tuner = make_driver(exp, engine=get_engine("llamacpp"), launcher=ProcessLauncher(tmp_path / "procs"),
+                        tracker=tracker, results_dir=tmp_path / "results",
                   binary=llama_server, progress=lambda n: Progress(n, "output_tok_per_s"))
     study = tuner.run(2)
     objective = exp.config.objective
@@ -68,7 +69,7 @@ enqueue: [{parallel: 1}]   # one slot: 16 clients queue far past the SLO, one cl
     # One slot and 16 clients: the high end fails, so the search went between the ends.
     assert not meets(levels[1], objective) and len(levels) > 2, levels
     run = MlflowClient(f"sqlite:///{tmp_path / 'mlruns' / 'mlflow.db'}").search_runs(
-        [tuner.tracker.experiment_id], filter_string=f"tags.`autotuner.trial` = '{one_slot.number}'")[0]
+        [tracker.experiment_id], filter_string=f"tags.`autotuner.trial` = '{one_slot.number}'")[0]
     assert run.data.metrics["max_load_meeting_slo"] == one_slot.user_attrs["max_load_meeting_slo"]
 
 

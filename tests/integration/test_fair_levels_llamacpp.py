@@ -12,8 +12,8 @@ from pathlib import Path
 
 import pytest
 
+from autotuner.compose import make_driver
 from autotuner.config import load_experiment
-from autotuner.core.driver import StudyDriver
 from autotuner.core.progress import Progress
 from autotuner.engines._base import get_engine
 from autotuner.launchers.process import ProcessLauncher
@@ -39,7 +39,7 @@ study: {{storage: "sqlite:///{tmp_path}/study.db"}}
 engine_args: ["-np", "4"]
 startup_timeout_s: 30
 """)
-    tuner = StudyDriver(load_experiment(tmp_path / "exp.yaml"), engine=get_engine("llamacpp"),
+    tuner = make_driver(load_experiment(tmp_path / "exp.yaml"), engine=get_engine("llamacpp"),
                   launcher=ProcessLauncher(tmp_path / "procs"), tracker=MlflowTracker(root=tmp_path / "mlruns"),
                   results_dir=tmp_path / "results", binary=binary,
                   progress=lambda total: Progress(total, "goodput_req_per_s"))

@@ -12,8 +12,8 @@ from rich.console import Console
 
 from autotuner.advisors import StudySoFar
 from autotuner.advisors.llm import LlmAdvisor
+from autotuner.compose import make_driver
 from autotuner.config import LlmAdvisorConfig, load_experiment
-from autotuner.core.driver import StudyDriver
 from autotuner.core.progress import Progress
 from autotuner.engines._base import LaunchContext, get_engine
 from autotuner.launchers._base import free_port
@@ -62,15 +62,16 @@ def test_a_study_launches_the_models_proposals_tagged_with_its_name(advisor_url,
         "load: {max_concurrency: [2]}\nconfirm: {top_k: 0}\nquality: off\n"
         f"advisors: [{{llm: {{base_url: '{advisor_url}', model: advisor, api: completions, max_tokens: 3000, proposals: 2}}}}]\n")
     out = io.StringIO()
-    driver = StudyDriver(load_experiment(tmp_path / "exp.yaml"), engine=FakeEngine(),
-                         launcher=ProcessLauncher(tmp_path / "procs"), tracker=MlflowTracker(root=tmp_path / "mlruns"),
+    tracker = MlflowTracker(root=tmp_path / "mlruns")
+    driver = make_driver(load_experiment(tmp_path / "exp.yaml"), engine=FakeEngine(),
+                         launcher=ProcessLauncher(tmp_path / "procs"), tracker=tracker,
                          results_dir=tmp_path / "results",
                          progress=lambda total: Progress(total, "output_tok_per_s", Console(file=out, width=300)))
     trials = driver.run(3).get_trials()
     by_llm = [t for t in trials if t.user_attrs.get("proposed_by") == "llm"]
     assert by_llm, out.getvalue()[-3000:]
     assert all(t.state.name == "COMPLETE" and t.user_attrs["reason"] for t in by_llm)
-    client = MlflowClient(driver.tracker.uri)
+    client = MlflowClient(tracker.uri)
     exp_id = client.get_experiment_by_name("llm").experiment_id
     runs = client.search_runs([exp_id], "tags.`autotuner.proposed_by` = 'llm'")
     assert {r.data.tags["autotuner.trial"] for r in runs} == {str(t.number) for t in by_llm}

@@ -13,8 +13,8 @@ from pathlib import Path
 
 import pytest
 
+from autotuner.compose import make_driver
 from autotuner.config import load_experiment
-from autotuner.core.driver import StudyDriver
 from autotuner.core.progress import Progress
 from autotuner.engines._base import get_engine
 from autotuner.launchers.process import ProcessLauncher
@@ -43,7 +43,7 @@ startup_timeout_s: 240
 engine_args: ["--enforce-eager", "--max-model-len", "512", "--enable-prefix-caching", "--block-size", "32"]
 env: {{VLLM_CPU_KVCACHE_SPACE: "1", HF_HUB_OFFLINE: "1", TRANSFORMERS_OFFLINE: "1"}}
 """)
-    tuner = StudyDriver(load_experiment(tmp_path / "exp.yaml"), engine=get_engine("vllm"),
+    tuner = make_driver(load_experiment(tmp_path / "exp.yaml"), engine=get_engine("vllm"),
                   launcher=ProcessLauncher(tmp_path / "procs"), tracker=MlflowTracker(root=tmp_path / "mlruns"),
                   results_dir=tmp_path / "results", binary=str(python),
                   progress=lambda total: Progress(total, "output_tok_per_s"))

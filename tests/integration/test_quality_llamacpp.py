@@ -16,8 +16,8 @@ from typing import Any
 import pytest
 
 from autotuner import quality
+from autotuner.compose import make_driver
 from autotuner.config import QualityConfig, load_experiment
-from autotuner.core.driver import StudyDriver
 from autotuner.core.progress import Progress
 from autotuner.engines._base import LaunchContext, get_engine
 from autotuner.launchers._base import free_port
@@ -68,7 +68,7 @@ study: {{storage: "sqlite:///{tmp_path}/study.db"}}
 confirm: {{top_k: 0}}
 startup_timeout_s: 60
 """)
-    driver = StudyDriver(load_experiment(tmp_path / "exp.yaml"), engine=get_engine("llamacpp"),
+    driver = make_driver(load_experiment(tmp_path / "exp.yaml"), engine=get_engine("llamacpp"),
                          launcher=ProcessLauncher(tmp_path / "procs"), tracker=MlflowTracker(root=tmp_path / "mlruns"),
                          results_dir=tmp_path / "results", binary=llama_server,
                          progress=lambda total: Progress(total, "output_tok_per_s"))

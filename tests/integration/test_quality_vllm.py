@@ -10,8 +10,8 @@ from __future__ import annotations
 
 import pytest
 
+from autotuner.compose import make_driver
 from autotuner.config import load_experiment
-from autotuner.core.driver import StudyDriver
 from autotuner.core.progress import Progress
 from autotuner.engines._base import get_engine
 from autotuner.launchers.process import ProcessLauncher
@@ -36,7 +36,7 @@ startup_timeout_s: 240
 engine_args: ["--enforce-eager", "--max-model-len", "512"]
 env: {{VLLM_CPU_KVCACHE_SPACE: "1", HF_HUB_OFFLINE: "1", TRANSFORMERS_OFFLINE: "1"}}
 """)
-    driver = StudyDriver(load_experiment(tmp_path / "exp.yaml"), engine=get_engine("vllm"),
+    driver = make_driver(load_experiment(tmp_path / "exp.yaml"), engine=get_engine("vllm"),
                          launcher=ProcessLauncher(tmp_path / "procs"), tracker=MlflowTracker(root=tmp_path / "mlruns"),
                          results_dir=tmp_path / "results", binary=str(vllm_python),
                          progress=lambda total: Progress(total, "output_tok_per_s"))

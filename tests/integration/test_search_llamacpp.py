@@ -7,8 +7,8 @@ from __future__ import annotations
 import pytest
 from optuna.trial import TrialState
 
+from autotuner.compose import make_driver
 from autotuner.config import load_experiment
-from autotuner.core.driver import StudyDriver
 from autotuner.core.progress import Progress
 from autotuner.engines._base import get_engine
 from autotuner.launchers.process import ProcessLauncher
@@ -44,7 +44,7 @@ enqueue:
   - {{parallel: 1, batch_size: 512}}   # one slot for 4 to 16 clients: far below the median
 """)
     exp = load_experiment(tmp_path / "exp.yaml")
-    tuner = StudyDriver(exp, engine=get_engine("llamacpp"), launcher=ProcessLauncher(tmp_path / "procs"),
+    tuner = make_driver(exp, engine=get_engine("llamacpp"), launcher=ProcessLauncher(tmp_path / "procs"),
                   tracker=MlflowTracker(root=tmp_path / "mlruns"), results_dir=tmp_path / "results",
                   binary=llama_server, progress=lambda n: Progress(n, "output_tok_per_s"))
     study = tuner.run(30)

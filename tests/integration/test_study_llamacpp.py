@@ -10,6 +10,7 @@ import pytest
 from mlflow.tracking import MlflowClient
 from optuna.trial import TrialState
 
+from autotuner.compose import make_driver
 from autotuner.config import load_experiment
 from autotuner.core.driver import StudyDriver
 from autotuner.core.progress import Progress
@@ -51,7 +52,7 @@ enqueue:
 
 def make_tuner(tmp_path: Path, model: Path, binary: str) -> StudyDriver:
     exp = load_experiment(experiment(tmp_path, model))
-    return StudyDriver(exp, engine=get_engine("llamacpp"), launcher=ProcessLauncher(tmp_path / "procs"),
+    return make_driver(exp, engine=get_engine("llamacpp"), launcher=ProcessLauncher(tmp_path / "procs"),
                  tracker=MlflowTracker(root=tmp_path / "mlruns"), results_dir=tmp_path / "results", binary=binary,
                  progress=lambda total: Progress(total, "output_tok_per_s"))
 

@@ -13,8 +13,8 @@ from pathlib import Path
 import pytest
 from optuna.trial import TrialState
 
+from autotuner.compose import make_driver
 from autotuner.config import load_experiment
-from autotuner.core.driver import StudyDriver
 from autotuner.core.progress import Progress
 from autotuner.engines._base import LaunchContext, get_engine
 from autotuner.launchers._base import EngineExited, free_port
@@ -46,7 +46,7 @@ def experiment(tmp_path: Path, model: Path) -> Path:
 
 def test_three_trial_study_of_the_cpu_experiment(tmp_path, hf_model, vllm_python, vllm_caches):
     exp = load_experiment(experiment(tmp_path, hf_model))
-    tuner = StudyDriver(exp, engine=get_engine("vllm"), launcher=ProcessLauncher(tmp_path / "procs"),
+    tuner = make_driver(exp, engine=get_engine("vllm"), launcher=ProcessLauncher(tmp_path / "procs"),
                   tracker=MlflowTracker(root=tmp_path / "mlruns"), results_dir=tmp_path / "results",
                   binary=str(vllm_python), progress=lambda total: Progress(total, "output_tok_per_s"))
     assert tuner.engine_version == "0.32.0"

@@ -12,8 +12,8 @@ import httpx
 import pytest
 from mlflow.tracking import MlflowClient
 
+from autotuner.compose import make_driver
 from autotuner.config import load_experiment
-from autotuner.core.driver import StudyDriver
 from autotuner.core.progress import Progress
 from autotuner.engines._base import get_engine
 from autotuner.launchers._base import free_port
@@ -90,7 +90,7 @@ def test_study_survives_a_tracking_outage_and_backfills(tmp_path, tiny_model, ll
             "confirm: {top_k: 0}\n")
         exp = load_experiment(tmp_path / "exp.yaml")
         tracker = MlflowTracker(server.uri, attempts=2)
-        tuner = StudyDriver(exp, engine=get_engine("llamacpp"), launcher=ProcessLauncher(tmp_path / "procs"),
+        tuner = make_driver(exp, engine=get_engine("llamacpp"), launcher=ProcessLauncher(tmp_path / "procs"),
                       tracker=tracker, results_dir=tmp_path / "results", binary=llama_server,
                       progress=lambda n: OutageProgress(n, server))
         study = tuner.run(5)

@@ -90,7 +90,7 @@ def test_the_driver_takes_proposals_first_checks_them_and_never_launches_one_twi
     advisor = Scripted([Proposal({"itl_ms": 5, "capacity": 1}, "too small to serve"),
                         Proposal({"itl_ms": 2, "capacity": 64}, "the fast one"),
                         Proposal({"itl_ms": 2, "capacity": 64}, "again")])
-    monkeypatch.setattr("autotuner.core.driver.StudyDriver._make_advisors", lambda self: [advisor])
+    monkeypatch.setattr("autotuner.compose.advisors", lambda driver: [advisor])
     trials, out = study(tmp_path, "  itl_ms: {type: categorical, choices: [2, 5, 20]}\n"
                         "  capacity: {type: categorical, choices: [64, 1]}\n",
                         WORK + "load: {max_concurrency: [2]}\nconfirm: {top_k: 0}\nquality: off\n", 5)
@@ -133,7 +133,7 @@ def test_workers_advising_at_once_queue_a_proposal_once(tmp_path):
 
 def test_an_infeasible_proposal_is_refused_with_the_rule_it_breaks(tmp_path, monkeypatch):
     advisor = Scripted([Proposal({"itl_ms": 5}, "breaks the rule")])
-    monkeypatch.setattr("autotuner.core.driver.StudyDriver._make_advisors", lambda self: [advisor])
+    monkeypatch.setattr("autotuner.compose.advisors", lambda driver: [advisor])
     trials, out = study(tmp_path, "  itl_ms: {type: categorical, choices: [2, 5]}\nconstraints: ['itl_ms < 5']\n",
                         WORK + "load: {max_concurrency: [2]}\nconfirm: {top_k: 0}\nquality: off\n", 2)
     assert "advisor scripted: proposed --itl-s 0.005: refused (itl_ms < 5)" in out
@@ -156,8 +156,8 @@ def asked_study(tmp_path: Path, answers: list) -> tuple[list, str, list[str]]:
 
     from rich.console import Console
 
+    from autotuner.compose import make_driver
     from autotuner.config import load_experiment
-    from autotuner.core.driver import StudyDriver
     from autotuner.core.progress import Progress
     from autotuner.launchers.process import ProcessLauncher
     from autotuner.tracking import MlflowTracker
@@ -177,7 +177,7 @@ def asked_study(tmp_path: Path, answers: list) -> tuple[list, str, list[str]]:
         return answers[len(questions) - 1] if len(questions) <= len(answers) else False
 
     out = io.StringIO()
-    driver = StudyDriver(load_experiment(tmp_path / "exp.yaml"), engine=FakeEngine(),
+    driver = make_driver(load_experiment(tmp_path / "exp.yaml"), engine=FakeEngine(),
                          launcher=ProcessLauncher(tmp_path / "procs"), tracker=MlflowTracker(root=tmp_path / "mlruns"),
                          results_dir=tmp_path / "results", advice="ask", ask=ask,
                          progress=lambda total: Progress(total, "output_tok_per_s", Console(file=out, width=300)))

@@ -58,7 +58,7 @@ def test_short_values_and_numbers_are_not_read_as_named():
 
 def test_the_study_never_launches_a_refused_value_again(tmp_path, monkeypatch):
     advisor = Scripted([Proposal({"kernel": "turbo", "itl_ms": 5}, "turbo, slower tokens")])
-    monkeypatch.setattr("autotuner.core.driver.StudyDriver._make_advisors", lambda self: [advisor])
+    monkeypatch.setattr("autotuner.compose.advisors", lambda driver: [advisor])
     trials, out = study(tmp_path, "  kernel: {type: categorical, choices: [safe, turbo]}\n"
                         "  itl_ms: {type: categorical, choices: [2, 5, 20]}\n",
                         WORK + "load: {max_concurrency: [2]}\nconfirm: {top_k: 0}\nquality: off\n"

@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 from rich.console import Console
 
+from autotuner.compose import make_driver
 from autotuner.config import load_experiment
 from autotuner.core.driver import StudyDriver
 from autotuner.core.progress import Progress
@@ -37,7 +38,7 @@ def worker(tmp_path: Path, space: str, body: str, study_extra: str = "",
         f"name: fake\nengine: fake\nmodel: {{path: {model}, name: m}}\nsearch_space: s.yaml\n"
         f"study: {{storage: 'sqlite:///{tmp_path}/s.db', seed: 0{study_extra}}}\nstartup_timeout_s: {startup_s}\n" + body)
     out = io.StringIO()
-    driver = StudyDriver(load_experiment(tmp_path / "exp.yaml"), engine=FakeEngine(),
+    driver = make_driver(load_experiment(tmp_path / "exp.yaml"), engine=FakeEngine(),
                          launcher=ProcessLauncher(tmp_path / "procs"), tracker=MlflowTracker(root=tmp_path / "mlruns"),
                          results_dir=tmp_path / "results",
                          progress=lambda total: Progress(total, "output_tok_per_s", Console(file=out, width=300)))

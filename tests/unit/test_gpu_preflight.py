@@ -148,24 +148,24 @@ class FakeImage:
 
 
 def test_the_cli_stops_a_docker_study_with_the_fix_before_any_trial():
-    from autotuner.cli import _gpu_preflight
+    from autotuner.compose import gpu_preflight
     from autotuner.config import ConfigError
 
     image = FakeImage()
     with pytest.raises(ConfigError) as stopped:
-        _gpu_preflight(gpu_experiment(), image, None, None)
+        gpu_preflight(gpu_experiment(), image, None, None, print)
     assert "GPU preflight (in image vllm/vllm-openai:v0.32.0) failed" in str(stopped.value)
     assert "uvm_disable_hmm=1" in str(stopped.value)
     assert [a[0] for a in image.argvs] == ["nvidia-smi", "nvidia-smi", "nvidia-smi", "python3"]
 
 
 def test_a_process_study_on_a_machine_without_nvidia_smi_stops_with_one_clear_screen(monkeypatch):
-    from autotuner.cli import _gpu_preflight
+    from autotuner.compose import gpu_preflight
     from autotuner.config import ConfigError
 
     monkeypatch.setenv("PATH", "/nonexistent")
     with pytest.raises(ConfigError) as stopped:
-        _gpu_preflight(gpu_experiment("process"), None, None, None)
+        gpu_preflight(gpu_experiment("process"), None, None, None, print)
     assert "GPU preflight (on this host) failed" in str(stopped.value)
     assert "nvidia-smi sees no GPU" in str(stopped.value)
 

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from autotuner.compose import make_driver
 from autotuner.config import load_experiment
-from autotuner.core.driver import StudyDriver
 from autotuner.core.progress import Progress
 from autotuner.engines._base import get_engine
 from autotuner.launchers.process import ProcessLauncher
@@ -27,7 +27,7 @@ def test_a_bug_inside_a_trial_fails_that_trial_and_the_study_goes_on(tmp_path: P
         f"name: bug\nengine: llamacpp\nmodel: {{path: {model}}}\nsearch_space: s.yaml\n"
         "load: {max_concurrency: [2]}\n"
         f"study: {{storage: 'sqlite:///{tmp_path}/s.db'}}\nconfirm: {{top_k: 0}}\n")
-    driver = StudyDriver(load_experiment(tmp_path / "exp.yaml"), engine=get_engine("llamacpp"),
+    driver = make_driver(load_experiment(tmp_path / "exp.yaml"), engine=get_engine("llamacpp"),
                          launcher=BrokenLauncher(tmp_path / "procs"), tracker=MlflowTracker(root=tmp_path / "mlruns"),
                          results_dir=tmp_path / "results", progress=lambda n: Progress(n, "output_tok_per_s"))
     trials = driver.run(2).get_trials()

@@ -251,7 +251,7 @@ def test_a_client_at_a_full_core_limits_the_level_and_says_so() -> None:
     idle = LevelResult.from_records(records, 1.0, max_concurrency=4, client_cpu=0.2, client_lag_ms=[1.0, 2.0])
     assert busy.client_limited and not idle.client_limited
     assert busy.metrics()["client_limited"] == 1.0 and idle.metrics()["client_limited"] == 0.0
-    assert busy.client_note() == ("the load generator's process used 97% of a core: it, not the server, limited "
+    assert busy.client_note() == ("the load generator's event loop used 97% of a core: it, not the server, limited "
                                   "the level (raise load.workers)")
     restored = LevelResult.from_json(busy.to_json())
     assert restored.client_cpu == pytest.approx(0.97) and restored.client_lag_ms.max == pytest.approx(40.0)

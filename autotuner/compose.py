@@ -1,0 +1,181 @@
+"""The composition root: the one place that knows every part and wires a study together.
+
+`make_driver` hands the study driver what records the study (the study's files, then MLflow) and who
+proposes configs (the experiment's advisors); `make_tuner` first finds the engine, its binary or image,
+the launcher and, on GPUs, checks the machine. `cli.py` parses the command line and calls these; tests
+and benchmarks that run whole studies call `make_driver` as users' runs do.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import platform
+from collections.abc import Callable
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, cast
+
+from autotuner import report
+from autotuner.advisors import Advisor
+from autotuner.advisors.earlier_studies import EarlierStudies
+from autotuner.advisors.engine_knowledge import EngineKnowledge
+from autotuner.advisors.llm import LlmAdvisor
+from autotuner.advisors.neighbours import Neighbours
+from autotuner.advisors.performance_model import performance_model
+from autotuner.config import ConfigError, Experiment
+from autotuner.core import preflight
+from autotuner.core.callbacks import StudyCallback
+from autotuner.core.driver import AskUser, StudyDriver
+from autotuner.core.progress import Progress
+from autotuner.engines._base import Engine
+from autotuner.launchers import make_launcher
+from autotuner.launchers._base import Launcher
+from autotuner.node import host
+from autotuner.node.pool import Leases, node_pool
+from autotuner.tracking import MlflowStudyLog, MlflowTracker
+from autotuner.tracking.artifacts import StudyArtifacts, settings
+
+if TYPE_CHECKING:
+    from autotuner.launchers.docker import DockerLauncher
+
+Say = Callable[[str], None]  # one line for the user (the terminal's stderr)
+
+
+def make_driver(experiment: Experiment, *, engine: Engine, launcher: Launcher, tracker: MlflowTracker,
+                results_dir: Path = Path("results"), binary: str | None = None,
+                progress: Callable[[int | None], Progress] | None = None, engine_version: str | None = None,
+                pool: Leases | None = None, advice: str = "auto", ask: AskUser | None = None) -> StudyDriver:
+    """A study driver recording into `tracker` and the study's folder, advised as `advice` says (auto:
+    the experiment's advisors; ask: the same, each proposal put to `ask`; off: none)."""
+    metric = experiment.config.objective.metric
+    make_progress = progress or (lambda total: Progress(total, metric))
+
+    def progress_with_warnings(total: int | None) -> Progress:
+        shown = make_progress(total)
+        tracker.warn = shown.note  # a tracking outage is said on the study's own progress lines
+        return shown
+
+    return StudyDriver(experiment, engine=engine, launcher=launcher, results_dir=results_dir, binary=binary,
+                       progress=progress_with_warnings, engine_version=engine_version, pool=pool,
+                       ask=ask if advice == "ask" else None,
+                       callbacks=lambda driver: recorders(driver, tracker),
+                       advisors=None if advice == "off" else advisors)
+
+
+def recorders(driver: StudyDriver, tracker: MlflowTracker) -> list[StudyCallback]:
+    """The study's files, then its MLflow parent run (in that order: at the end the files are written
+    before MLflow copies them and closes)."""
+    cfg = driver.cfg
+    environment = {"engine": driver.engine.name, "engine_version": driver.engine_version,
+                   "launcher": cfg.launcher, "host": driver.host}
+    tags = {"autotuner.engine": driver.engine.name, "autotuner.engine_version": driver.engine_version,
+            "autotuner.launcher": cfg.launcher, "autotuner.host": platform.node(),
+            "autotuner.cpu": platform.processor() or platform.machine(), **host.tags(driver.host)}
+    params = {"experiment": str(driver.exp.source), "engine": cfg.engine, "model": str(driver.exp.model_path),
+              "search_space": json.dumps(driver.exp.space.model_dump(mode="json", exclude_defaults=True)),
+              "objective": cfg.objective.describe(), "sampler": cfg.study.sampler, "pruner": cfg.study.pruner,
+              "storage": cfg.study.storage, "load": cfg.load.describe(),
+              "workload": json.dumps(cfg.workload.model_dump(mode="json"))}
+    return [
+        StudyArtifacts(driver.study, driver.exp, driver.engine, tracker, driver.workdir, binary=driver.binary,
+                       engine_version=driver.engine_version, environment=environment, redactor=driver.redact),
+        MlflowStudyLog(tracker, study_name=cfg.study_name, tags=tags,
+                       params={k: driver.redact.text(str(v)) for k, v in params.items()}, workdir=driver.workdir,
+                       metric=cfg.objective.metric, direction=cfg.objective.direction),
+    ]
+
+
+def advisors(driver: StudyDriver) -> list[Advisor]:
+    """The experiment's advisors (`advisors:`), in its order."""
+    made: list[Advisor] = []
+    for entry in driver.cfg.advisors:
+        if entry == "engine":
+            made.append(EngineKnowledge(driver.engine))
+        elif entry == "earlier-studies":
+            made.append(EarlierStudies(driver.cfg.study.storage, driver.cfg.study_name, driver.engine.name,
+                                       driver.host, settings(driver.exp)))
+        elif entry == "neighbours":
+            made.append(Neighbours())
+        elif entry == "performance-model":
+            made.append(performance_model(driver.exp, driver.engine, driver.engine_version,
+                                          driver.host.get("gpu_names")))
+        else:
+            made.append(LlmAdvisor(entry.llm, driver.engine.name, driver.engine.describe,
+                                   status=lambda: status(driver)))
+    return made
+
+
+def status(driver: StudyDriver) -> dict[str, Any]:
+    """The status report's conclusions so far (report.json), for an advisor that reads them."""
+    summary = report.summarize(driver.study, driver.cfg.objective.metric, top_k=10, importances=False)
+    return report.to_json(summary)
+
+
+# --- a tuner for `autotuner run` ------------------------------------------------------------------------
+
+def make_tuner(exp: Experiment, tracking_uri: str | None, results: Path, *, say: Say, pool: Leases | None = None,
+               worker: str | None = None, advice: str = "auto", ask: AskUser | None = None) -> StudyDriver:
+    """The driver `autotuner run` runs: the engine checked, its binary found (or its image's version read),
+    the GPUs checked before the first trial, kernels tuned once. Raises ConfigError (exit 2)."""
+    cfg = exp.config
+    engine = preflight.check(exp)
+    binary = None
+    if cfg.launcher == "process":  # in a container the engine is the image's
+        binary, hint = engine.find_binary()
+        if binary is None:
+            raise ConfigError(hint)
+    launcher = make_launcher(exp, progress=say)
+    if cfg.hardware.gpus > 0 and worker is None:  # --parallel workers: their parent checked already
+        gpu_preflight(exp, launcher, str(binary) if binary else None, pool, say)
+    if cfg.kernels is not None:  # after the preflight, once before the first trial; workers find it done
+        from autotuner.stages import kernel_stage
+
+        exp, _ = kernel_stage.prepare(exp, engine, say, gpus=preflight_gpus(exp, pool), run_jobs=worker is None)
+        launcher = make_launcher(exp, progress=say)  # with the tuned kernels
+    engine_version = None
+    if cfg.launcher == "docker":  # the engine that runs is the image's, not a host binary
+        engine_version = cast("DockerLauncher", launcher).engine_version(engine, {"autotuner.study": cfg.study_name})
+    return make_driver(exp, engine=engine, launcher=launcher, tracker=MlflowTracker(tracking_uri or cfg.tracking.uri),
+                       results_dir=results, binary=str(binary) if binary else None, engine_version=engine_version,
+                       pool=pool, progress=lambda total: Progress(total, cfg.objective.metric, worker=worker),
+                       advice=advice, ask=ask)
+
+
+def worker_pool(exp: Experiment, parallel: int, gpus: str | None) -> Leases | None:
+    """The units (GPUs or CPU sets) that `parallel` workers share, packed by the GPUs' topology."""
+    from autotuner.node.host import gpu_topology
+    from autotuner.node.pool import with_topology
+
+    pool = node_pool(exp.config, parallel, gpus)
+    return Leases(with_topology(pool, gpu_topology() if pool.kind == "gpu" else None)) if pool else None
+
+
+def preflight_gpus(exp: Experiment, pool: Leases | None) -> list[int]:
+    return list(pool.pool.units) if pool is not None else list(range(exp.config.hardware.gpus))
+
+
+def gpu_preflight(exp: Experiment, launcher: Launcher, binary: str | None, pool: Leases | None,
+                  say: Say) -> None:
+    """Before the first trial: CUDA, P2P and NUMA in the image (or on the host); a fault stops here (exit 2)."""
+    from autotuner.node import gpu_preflight as gp
+
+    cfg, gpus = exp.config, preflight_gpus(exp, pool)
+    if cfg.launcher == "docker":
+        where = f"in image {cfg.docker.image if cfg.docker else '?'}"
+        labels = {"autotuner.study": cfg.study_name, "autotuner.role": "preflight"}
+
+        def run(probe: gp.Probe) -> gp.ProbeResult:
+            return gp.ProbeResult(probe, *cast("DockerLauncher", launcher).run_once(list(probe.argv), gpus, labels))
+        python = "python3"
+    else:
+        where = "on this host"
+        python = gp.host_python(binary)
+
+        def run(probe: gp.Probe) -> gp.ProbeResult:
+            return gp.run_on_host(probe, gpus, os.environ)
+    say(f"GPU preflight {where}, GPU(s) {','.join(map(str, gpus))} ...")
+    verdict = gp.check(run, cfg.hardware.gpus, python)
+    if verdict.problems:
+        raise ConfigError(gp.failure_text(verdict, where))
+    for fact in verdict.facts:
+        say(f"  {fact}")
