@@ -27,6 +27,7 @@ from autotuner.core import preflight
 from autotuner.core.callbacks import StudyCallback
 from autotuner.core.driver import AskUser, StudyDriver
 from autotuner.core.progress import Progress
+from autotuner.core.study import confirmed_winner
 from autotuner.engines._base import Engine
 from autotuner.launchers import make_launcher
 from autotuner.launchers._base import Launcher
@@ -93,7 +94,7 @@ def advisors(driver: StudyDriver) -> list[Advisor]:
             made.append(EngineKnowledge(driver.engine))
         elif entry == "earlier-studies":
             made.append(EarlierStudies(driver.cfg.study.storage, driver.cfg.study_name, driver.engine.name,
-                                       driver.host, settings(driver.exp)))
+                                       driver.host, settings(driver.exp), confirmed_winner))
         elif entry == "neighbours":
             made.append(Neighbours())
         elif entry == "performance-model":

@@ -39,8 +39,13 @@ from autotuner.util.paths import llama_server_binary  # noqa: E402
 from autotuner.workloads.samples import write as write_samples  # noqa: E402
 
 TARGET = 0.05
-TUNED = {"parallel": 16, "threads": 2, "batch_size": 512, "ubatch_size": 512, "cont_batching": True,
-         "ctx_size": 16384, "kv_unified": True}
+# One tuned config per workload, from studies of each (a config tuned for one traffic shape can fail on
+# another: 16 slots give the trace's 500-token prompts a TTFT past a minute).
+TUNED = {
+    "quickstart": {"parallel": 16, "threads": 2, "batch_size": 512, "ubatch_size": 512, "cont_batching": True,
+                   "ctx_size": 16384, "kv_unified": True},
+    "trace": {"parallel": 3, "ctx_size": 8192, "kv_unified": False, "cache_reuse": 256},
+}
 WORKLOADS = {
     "quickstart": "experiments/quickstart.yaml",
     "trace": "experiments/quickstart-trace.yaml",
@@ -68,11 +73,14 @@ def run(name: str, level_warmup: bool, launches: int, tmp: Path) -> dict[str, di
     folder = tmp / f"{name}-{'warm' if level_warmup else 'cold'}"
     folder.mkdir()
     write_samples(folder / "workloads")
-    cfg.update(name=f"repeat-{name}", advisors=[], enqueue=[TUNED], stop={"patience": None},
+    cfg.update(name=f"repeat-{name}", advisors=[], enqueue=[TUNED[name]], stop={"patience": None},
                confirm={"top_k": 1, "repeats": launches}, study={"storage": f"sqlite:///{folder}/s.db", "seed": 0})
     cfg["model"]["path"] = str(REPO / "models" / "quickstart.gguf")
     cfg["search_space"] = str(REPO / "search_spaces" / "llamacpp-traffic.yaml")
     cfg["workload"]["level_warmup"] = level_warmup
+    # The question is whether a launch reads the same, not whether it meets an SLO: a launch that misses
+    # one still measured its throughput, and the round needs both configs complete.
+    cfg["objective"].pop("slo", None)
     if "trace" in cfg["workload"]:
         cfg["workload"]["trace"]["path"] = str(folder / "workloads" / "trace.jsonl")
     (folder / "exp.yaml").write_text(yaml.safe_dump(cfg))

@@ -1,5 +1,5 @@
-"""Shared fixtures and helpers: the real llama-server binary, a generated model, a Docker daemon and the engine
-image, made or found once per session.
+"""Shared fixtures: the real llama-server binary, a generated model, a Docker daemon and the engine image,
+made or found once per session. Helpers that tests import live in tests/support.py, not here.
 
 Where an engine or a Docker daemon is missing the tests that need it skip with the reason, except under
 CI (CI=true), under scripts/test-all.sh (AUTOTUNER_REQUIRE_ALL=1) or, for Docker, with
@@ -10,33 +10,22 @@ from __future__ import annotations
 
 import os
 import subprocess
-from collections.abc import Callable, Iterable
 from pathlib import Path
 
 import pytest
-from optuna.trial import FrozenTrial
 
 from autotuner.util import paths
-
-REPO = Path(__file__).resolve().parent.parent
-
-
-def everything_required() -> bool:
-    """CI and scripts/test-all.sh: every engine and service must be there (a missing one fails, not skips)."""
-    return bool(os.environ.get("CI") or os.environ.get("AUTOTUNER_REQUIRE_ALL"))
-
-
-def _require(what: str, reason: str) -> None:
-    if everything_required() or (what == "Docker" and os.environ.get("AUTOTUNER_REQUIRE_DOCKER")):
-        pytest.fail(f"{what} is required in the complete suite (scripts/test-all.sh, CI): {reason}")
-    pytest.skip(reason)
+from tests.support import (
+    REPO,
+    require,
+)
 
 
 @pytest.fixture(scope="session")
 def llama_server() -> str:
     binary = paths.llama_server_binary()
     if binary is None or not binary.is_file():
-        _require("llama-server", "llama-server not built: run scripts/build-llama-server.sh")
+        require("llama-server", "llama-server not built: run scripts/build-llama-server.sh")
     return str(binary)
 
 
@@ -66,7 +55,7 @@ def docker_client():
     try:
         return connect()
     except DockerSetupError as e:
-        _require("Docker", str(e))
+        require("Docker", str(e))
 
 
 @pytest.fixture(scope="session")
@@ -105,7 +94,7 @@ def vllm_python() -> Path:
     """The vLLM venv's python (scripts/setup-vllm.sh); skip locally, fail under CI when it is missing."""
     python = paths.vllm_python()
     if python is None or not python.exists():
-        _require("vLLM", "vLLM's CPU build is not installed: run scripts/setup-vllm.sh")
+        require("vLLM", "vLLM's CPU build is not installed: run scripts/setup-vllm.sh")
     return python
 
 
@@ -135,35 +124,10 @@ def vllm_caches(monkeypatch: pytest.MonkeyPatch):
     shutil.rmtree(folder, ignore_errors=True)
 
 
-def launched(trials: Iterable[FrozenTrial]) -> list[FrozenTrial]:
-    """The trials that ran: a re-proposal of a config measured or being measured (`duplicate_of`) is told
-    FAIL and never launched."""
-    return [t for t in trials if "duplicate_of" not in t.user_attrs]
 
 
-def with_timing_retries(check: Callable[[], None], attempts: int = 5) -> None:
-    """Run a timing check until it passes, at most `attempts` times: on a shared machine one stall can fail
-    a run, while a real defect fails every one."""
-    for attempt in range(attempts):
-        try:
-            check()
-            return
-        except AssertionError:
-            if attempt == attempts - 1:
-                raise
 
 
-def processes_with_env(value: str) -> list[int]:
-    """PIDs of processes whose environment mentions `value` (a test's unique temp folder)."""
-    found = []
-    for entry in Path("/proc").iterdir():
-        if entry.name.isdigit() and int(entry.name) != os.getpid():
-            try:
-                if value.encode() in (entry / "environ").read_bytes():
-                    found.append(int(entry.name))
-            except OSError:
-                continue
-    return found
 
 
 @pytest.fixture(scope="session")
@@ -171,7 +135,7 @@ def services() -> dict[str, str]:
     """A PostgreSQL URL and an MLflow tracking server URI (`eval "$(scripts/start-services.sh)"`)."""
     url, uri = os.environ.get("AUTOTUNER_POSTGRES_URL"), os.environ.get("AUTOTUNER_MLFLOW_URI")
     if not (url and uri):
-        _require("PostgreSQL and an MLflow server",
+        require("PostgreSQL and an MLflow server",
                  'no shared study services: eval "$(scripts/start-services.sh)" sets AUTOTUNER_POSTGRES_URL '
                  "and AUTOTUNER_MLFLOW_URI")
     return {"storage": url, "tracking_uri": uri}

@@ -2,24 +2,31 @@
 
 Each other study of the same engine whose winner was confirmed proposes that winner, closest first: same
 machine (CPU model, GPU names and count), then same workload and load. A winner whose params do not fit
-this study's space is left out. Read once per run: other studies do not change under us.
+this study's space is left out. Read once per run: other studies do not change under us. Which trial
+won a study, and by how much, is the study's rule (`core.study.confirmed_winner`), handed in.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 import optuna
 
 from autotuner.advisors import Proposal, StudySoFar
-from autotuner.core.study import verdict
+
+# A study -> its confirmed winner (not the baseline): (trial number, gain over the defaults or None); None
+# when it has none.
+ConfirmedWinner = Callable[[optuna.Study], "tuple[int, float | None] | None"]
 
 
 class EarlierStudies:
     name = "earlier-studies"
 
-    def __init__(self, storage: str, study_name: str, engine: str, host: dict[str, Any], settings: dict[str, Any]):
+    def __init__(self, storage: str, study_name: str, engine: str, host: dict[str, Any], settings: dict[str, Any],
+                 confirmed_winner: ConfirmedWinner):
         self.storage, self.study_name, self.engine = storage, study_name, engine
+        self.confirmed_winner = confirmed_winner
         self.host, self.settings = host, settings
         self._found: list[tuple[int, Proposal]] | None = None
 
@@ -37,13 +44,13 @@ class EarlierStudies:
             attrs = other.user_attrs
             if (attrs.get("environment") or {}).get("engine") != self.engine or len(other.directions) > 1:
                 continue
-            v = verdict(other)
-            if v.winner is None or not v.confirmed or v.winner.baseline:
+            if (won := self.confirmed_winner(other)) is None:
                 continue
+            number, gain = won
             closeness, why = self._closeness(attrs)
-            gain = f", {v.gain:+.0%} over its defaults" if v.gain is not None else ""
-            reason = f"the confirmed winner of study '{name}' ({why}{gain})"
-            found.append((closeness, Proposal(dict(other.trials[v.winner.number].params), reason)))
+            over = f", {gain:+.0%} over its defaults" if gain is not None else ""
+            reason = f"the confirmed winner of study '{name}' ({why}{over})"
+            found.append((closeness, Proposal(dict(other.trials[number].params), reason)))
         return found
 
     def _closeness(self, attrs: dict[str, Any]) -> tuple[int, str]:

@@ -32,7 +32,6 @@ from autotuner.advisors.aic_runner import AicRunner, CannotEstimate, Coverage, E
 from autotuner.config import BoolParam, CategoricalParam, FloatParam, IntParam
 from autotuner.config.feasibility import feasibility_context
 from autotuner.config.space import SearchSpace
-from autotuner.core.load_search import load_kind
 
 FEW = 3  # proposals: the predicted best, enough to cover the model's error without spending the budget on it
 MAX_STEPS = 16  # an int or float param with more values than this is sampled at its ends and middle
@@ -193,7 +192,7 @@ def target_of(exp: Any, engine_version: str | None, host_gpu_names: str | None) 
     cfg = exp.config
     folder = exp.model_path if (Path(exp.model_path) / "config.json").is_file() else None
     names = tuple(dict.fromkeys([Path(exp.model_path).name, cfg.model.name]))
-    clients = cfg.load.max_load if load_kind(cfg.load) == "max_concurrency" else None
+    clients = cfg.load.max_load if cfg.load.kind == "max_concurrency" else None
     return Target(model_names=names, model_folder=str(folder) if folder else None,
                   system=cfg.hardware.gpu_system or gpu_system(host_gpu_names or ""), engine=cfg.engine,
                   engine_version=engine_version, isl=cfg.workload.input_len, osl=cfg.workload.output_len,

@@ -12,8 +12,8 @@ Three parts, kept apart as in `server_metrics`:
   nvlink --status`), `parse_nvlink_counters` the links' cumulative data counters (`nvidia-smi nvlink
   --getthroughput d`, KiB since the driver loaded), read at each level's start and end;
   `nvlink_rates` turns two readings into GB/s per GPU against its links' speed (pure).
-- `summarize(samples, limits)` turns one level's samples into `gpu_*` metrics (pure), read by
-  `report.diagnosis.binding_limit` for its `power` and `communication` classes.
+- `gpu_summary(samples, limits)` turns one level's samples into `gpu_*` metrics (pure), read by
+  `bench.limits.binding_limit` for its `power` and `communication` classes.
 - `GpuTelemetrySampler` runs `nvidia-smi dmon` for the trial's GPUs while it measures and splits the
   lines by level (`mark`), like the /metrics sampler. No GPU, no `nvidia-smi`: no samples, never an error;
   no NVLink (a PCIe box): no counters read.
@@ -161,7 +161,7 @@ def _number(cell: str) -> float | None:
         return None
 
 
-def summarize(samples: Sequence[GpuSample], limits: Mapping[int, GpuLimits]) -> dict[str, float]:
+def gpu_summary(samples: Sequence[GpuSample], limits: Mapping[int, GpuLimits]) -> dict[str, float]:
     """One level's samples as `gpu_*` metrics: means over every GPU and second (power and PCIe per GPU),
     the peak of memory used. Empty without samples."""
     if not samples:
@@ -268,7 +268,7 @@ class GpuTelemetrySampler:
         with self._lock:
             start = self.marks[index] if index < len(self.marks) else len(self.samples)
             end = self.marks[index + 1] if index + 1 < len(self.marks) else len(self.samples)
-            metrics = summarize(self.samples[start:end], self.limits)
+            metrics = gpu_summary(self.samples[start:end], self.limits)
         if index < len(self.nvlink_reads):
             if index not in self._nvlink_ends:  # the level just ended: its end reading, once
                 self._nvlink_ends[index] = self._read_nvlink()

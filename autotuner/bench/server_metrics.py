@@ -13,7 +13,7 @@ Three parts, kept apart:
   reports no KV-cache usage and counts generated tokens only when a request finishes), vLLM v1 metrics
   (`vllm:`), SGLang (`sglang:`).
 - `ServerMetricsSampler` polls `/metrics` every `interval_s` on a thread of its own, off the
-  measurement's event loop, and keeps `Sample`s; `summarize` (pure) turns the samples of one load level
+  measurement's event loop, and keeps `Sample`s; `server_summary` (pure) turns the samples of one load level
   into `server_*` metrics: mean and max of each gauge, the increase of each counter over the level.
 
 A server without `/metrics`, or one that answers garbage, yields no samples, never an error: the
@@ -118,7 +118,7 @@ class Sample:
     boundary: bool = False  # taken at a level's start or end (counters only: see ServerMetricsSampler)
 
 
-def summarize(samples: Sequence[Sample], series: Series) -> dict[str, float]:
+def server_summary(samples: Sequence[Sample], series: Series) -> dict[str, float]:
     """The samples of one load level -> `server_<name>_mean` / `_max` for gauges (samples taken under
     load only, not at the level's boundaries), `server_<name>` (the increase over the level) for counters,
     `server_prefix_cache_hit_rate` (hit / queried prompt tokens, where the engine counts both), plus

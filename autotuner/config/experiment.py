@@ -102,6 +102,11 @@ class LoadConfig(_Strict):
         return [{"request_rate": r} for r in self.request_rate or []]
 
     @property
+    def kind(self) -> str:
+        """What a level sets: max_concurrency, request_rate or speedup (the key of each level's dict)."""
+        return next(iter(self.levels()[0]))
+
+    @property
     def max_steps(self) -> int:
         """The most levels one trial measures (Hyperband's resource)."""
         return self.search.steps if self.search else len(self.levels())

@@ -12,7 +12,6 @@ from optuna.trial import TrialState
 
 from autotuner.advisors import AdviceError, Proposal, StudySoFar, complete
 from autotuner.core import bans, record
-from autotuner.core.load_search import load_kind
 from autotuner.core.progress import Progress
 from autotuner.util import locks
 
@@ -23,7 +22,7 @@ if TYPE_CHECKING:
 def study_so_far(driver: StudyDriver, trials_left: int | None) -> StudySoFar:
     views = [record.view(t) for t in driver.study.get_trials(deepcopy=False)]
     launched = [t for t in views if t.counted and t.state not in ("WAITING", "RUNNING")]
-    load_key = load_kind(driver.cfg.load)
+    load_key = driver.cfg.load.kind
     return StudySoFar(
         trials=launched, space=driver.space, load_key=load_key,
         max_load=driver.cfg.load.max_load,

@@ -34,7 +34,7 @@ from autotuner.config.space import RandomSuggester, SearchSpace
 from autotuner.core import advising, confirm, record, stopping
 from autotuner.core.callbacks import StudyCallback
 from autotuner.core.executor import TrialExecutor, TrialResult
-from autotuner.core.load_search import highest_passing, load_kind
+from autotuner.core.load_search import highest_passing
 from autotuner.core.objective import meets, scored_index
 from autotuner.core.progress import Progress
 from autotuner.core.recovery import WORKER_ATTR, Heartbeat, recover_stale_trials
@@ -497,7 +497,7 @@ class StudyDriver:
         """The highest load among the measured levels that met the SLO (None without an SLO: nothing to meet)."""
         if not self.cfg.objective.slo:
             return None
-        return highest_passing(level_metrics, load_kind(self.cfg.load), lambda m: meets(m, self.cfg.objective))
+        return highest_passing(level_metrics, self.cfg.load.kind, lambda m: meets(m, self.cfg.objective))
 
     def launch_spec(self, params: dict[str, Any], port: int) -> LaunchSpec:
         """The launch of `params` as the trials ran it (the one builder, `autotuner.core.launch`)."""

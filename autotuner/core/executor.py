@@ -36,20 +36,19 @@ from autotuner.bench.metrics import (
     usage_note,
 )
 from autotuner.bench.runner import run_level, run_sessions
-from autotuner.bench.server_metrics import ServerMetricsSampler
-from autotuner.bench.server_metrics import summarize as summarize_samples
+from autotuner.bench.server_metrics import ServerMetricsSampler, server_summary
 from autotuner.bench.spread import spread_metrics
 from autotuner.config import Experiment
 from autotuner.config.feasibility import feasibility_context
 from autotuner.config.space import SearchSpace
 from autotuner.core import bans, launch, pruning, record, timeouts
-from autotuner.core.load_search import level_text, load_kind, make_plan
+from autotuner.core.load_search import level_text, make_plan
 from autotuner.core.objective import SloViolated, meets, slo_within, trial_values
 from autotuner.core.progress import Progress
 from autotuner.core.traffic import Traffic
 from autotuner.core.trial_records import TrialRecords
 from autotuner.engines._base import Engine, LaunchContext, LaunchSpec
-from autotuner.launchers._base import Handle, Launcher, LaunchError, free_port
+from autotuner.launchers._base import Handle, Launcher, LaunchError, free_port, launch_context
 from autotuner.node.pool import Leases, PoolTooSmall
 from autotuner.stages import moe_log
 from autotuner.util.interrupts import StopRequests
@@ -279,7 +278,7 @@ class TrialExecutor:
         results: list[LevelResult] = []
         t = time.perf_counter()
         step, level = 0, plan.next_level([])
-        load_key = load_kind(self.cfg.load)
+        load_key = self.cfg.load.kind
         max_load = self.cfg.load.max_load
         scaling = self._measured_scaling(trial, load_key, max_load)
         while level is not None:
@@ -308,7 +307,7 @@ class TrialExecutor:
             results.append(result)
             metrics = {**level, **result.metrics(), **spread_metrics(records), "request_timeout_s": timeout_s,
                        GOODPUT: goodput(records, result.duration_s, objective.slo),
-                       **summarize_samples(sampler.level_samples(step), self.engine.server_metrics),
+                       **server_summary(sampler.level_samples(step), self.engine.server_metrics),
                        **self.gpu_telemetry.level_metrics(step), **({DROPPED_BEFORE: dropped} if dropped else {}),
                        **(session_metrics(records) if isinstance(requests, SessionPlan)
                           else prompt_token_metrics(requests, result))}
@@ -431,7 +430,7 @@ class TrialExecutor:
         return units
 
     def launch_context(self, port: int) -> LaunchContext:
-        return launch.launch_context(self.exp, port=port, binary=self.binary)
+        return launch_context(self.exp, port=port, binary=self.binary)
 
 
 def traffic_of(experiment: Experiment, engine: Engine) -> Traffic:

@@ -24,19 +24,12 @@ from typing import Any
 
 from autotuner.config import DockerConfig, Experiment
 from autotuner.engines._base import Engine, LaunchContext, LaunchSpec
+from autotuner.launchers._base import launch_context
 from autotuner.launchers.docker_command import Gpus, container_context, docker_run_argv, mounts
 from autotuner.stages import kernels
 
 EXPORT_PORT = 8080  # the winner's command listens here, not on the tuner's throw-away port
 
-
-
-def launch_context(exp: Experiment, *, port: int, binary: str | None) -> LaunchContext:
-    """The launch as the tuner's host sees it: the model, the served name, the port, the engine's binary,
-    and the experiment's fixed engine_args, GPUs and environment."""
-    cfg = exp.config
-    return LaunchContext(model_path=exp.model_path, served_model_name=cfg.model.name, port=port, binary=binary,
-                         extra_args=tuple(cfg.engine_args), gpus=cfg.hardware.gpus, extra_env=tuple(cfg.env.items()))
 
 
 def launch_spec(exp: Experiment, engine: Engine, params: Mapping[str, Any], *, port: int, binary: str | None,

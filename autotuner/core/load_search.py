@@ -111,10 +111,6 @@ def make_plan(load: LoadConfig, passes: Callable[[Metrics], bool]) -> LevelList 
     return LevelList(load.levels(), load.saturation_gain if load.stop_at_saturation else None)
 
 
-def load_kind(load: LoadConfig) -> str:
-    return next(iter(load.levels()[0]))
-
-
 def level_text(level: Mapping[str, Any]) -> str:
     if "max_concurrency" in level:
         return f"concurrency {level['max_concurrency']:g}"

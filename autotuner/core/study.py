@@ -131,6 +131,17 @@ def verdict(study: optuna.Study) -> winner.Verdict:
     return winner.decide(candidates(study), direction)
 
 
+def confirmed_winner(study: optuna.Study) -> tuple[int, float | None] | None:
+    """A finished study's confirmed winner, if a tuned config won: (its trial number, its gain over the
+    defaults); None for a multi-objective study, an unconfirmed winner or the defaults kept."""
+    if len(study.directions) > 1:
+        return None
+    v = verdict(study)
+    if v.winner is None or not v.confirmed or v.winner.baseline:
+        return None
+    return v.winner.number, v.gain
+
+
 def best_trial(study: optuna.Study) -> optuna.trial.FrozenTrial | None:
     """The winner's trial (`verdict`), or None when no trial has completed yet. Multi-objective: the
     member of the Pareto front best on the first metric (the one that also picks each trial's level)."""

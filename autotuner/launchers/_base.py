@@ -25,6 +25,7 @@ from typing import Any, Protocol
 import httpx
 from tenacity import RetryError, Retrying, retry_if_exception_type, stop_after_delay, wait_fixed
 
+from autotuner.config import Experiment
 from autotuner.engines._base import LaunchContext, LaunchSpec
 
 
@@ -162,3 +163,11 @@ def process_start_time(pid: int) -> str | None:
     except OSError:
         return None
     return stat.rsplit(")", 1)[1].split()[19]
+
+
+def launch_context(exp: Experiment, *, port: int, binary: str | None) -> LaunchContext:
+    """The launch as the tuner's host sees it: the model, the served name, the port, the engine's binary,
+    and the experiment's fixed engine_args, GPUs and environment."""
+    cfg = exp.config
+    return LaunchContext(model_path=exp.model_path, served_model_name=cfg.model.name, port=port, binary=binary,
+                         extra_args=tuple(cfg.engine_args), gpus=cfg.hardware.gpus, extra_env=tuple(cfg.env.items()))

@@ -3,9 +3,9 @@ what was tried and how it ended, the best against the baseline and the target, w
 configurations and where throughput stops growing, and what the tuner would do with more trials.
 
 summary.py: `summarize` (pure over the study's trials and the attributes the tuner wrote), the verdict
-and next steps in words, `to_json`, and `write_best` (the only part that writes files); markdown.py:
-report.md; console.py: the end-of-run view. The reasoning (binding limit, plateau, convergence) lives in
-diagnosis.py.
+(`verdict_line`) and next steps in words, `to_json`, and `write_best` (the only part that writes files);
+markdown.py: report.md; console.py: the end-of-run view. The reasoning lives in bench/limits.py (the
+binding limit) and diagnosis.py (plateau, convergence).
 """
 
 from autotuner.report.console import render
@@ -21,7 +21,7 @@ from autotuner.report.summary import (
     quality_text,
     summarize,
     to_json,
-    verdict,
+    verdict_line,
     write_best,
 )
 
@@ -39,6 +39,6 @@ __all__ = [
     "summarize",
     "to_json",
     "to_markdown",
-    "verdict",
+    "verdict_line",
     "write_best",
 ]

@@ -15,7 +15,7 @@ from autotuner.report.summary import (
     config_text,
     front_lines,
     quality_text,
-    verdict,
+    verdict_line,
 )
 
 
@@ -47,7 +47,7 @@ def render(summary: StudySummary, engine: Engine, command: str | None, console: 
     if summary.top_two_within_noise:
         console.print(f"The top two (#{summary.top[0].number} and #{summary.top[1].number}) are within measurement "
                       "noise of each other: either is a sound choice.", soft_wrap=True, markup=False)
-    console.print(verdict(summary), soft_wrap=True, markup=False, highlight=False)
+    console.print(verdict_line(summary), soft_wrap=True, markup=False, highlight=False)
     if command:
         console.print("Run the best configuration with:")
         console.print(command, markup=False, highlight=False, soft_wrap=True)
@@ -62,7 +62,7 @@ def _render_front(summary: StudySummary, engine: Engine, console: Console) -> No
         table.add_row(*cells)
     console.print(table)
     _render_outcomes(summary, console)
-    console.print(verdict(summary), soft_wrap=True, markup=False, highlight=False)
+    console.print(verdict_line(summary), soft_wrap=True, markup=False, highlight=False)
     for row in summary.front:
         if row.command:
             values = ", ".join(f"{m} {_fmt(v)}" for m, v in zip(summary.metrics, row.values, strict=False))

@@ -25,7 +25,6 @@ from autotuner.config import Experiment
 from autotuner.config.feasibility import feasibility_context, workload_shape
 from autotuner.config.space import SearchSpace
 from autotuner.core.launch import planned
-from autotuner.core.load_search import load_kind
 from autotuner.core.study import make_sampler, startup_trials
 from autotuner.engines._base import Engine, value_text
 from autotuner.launchers._base import env_words, gpu_env
@@ -62,7 +61,7 @@ def dry_run(exp: Experiment, engine: Engine, n: int, echo: Callable[[str], None]
         study.enqueue_trial({}, user_attrs={"baseline": True})
     for params in cfg.enqueue:
         study.enqueue_trial(dict(params), user_attrs={"enqueued": True})
-    so_far = StudySoFar(trials=[], space=space, load_key=load_kind(cfg.load), max_load=cfg.load.max_load,
+    so_far = StudySoFar(trials=[], space=space, load_key=cfg.load.kind, max_load=cfg.load.max_load,
                         cpus=cfg.hardware.cpus or os.cpu_count() or 1, gpus=cfg.hardware.gpus,
                         metric=cfg.objective.metric, direction=cfg.objective.direction, defaults=engine.defaults(),
                         workload=facts)

@@ -15,7 +15,7 @@ from autotuner.report.summary import (
     config_text,
     front_lines,
     quality_text,
-    verdict,
+    verdict_line,
 )
 
 
@@ -69,7 +69,7 @@ def _env_rows(s: StudySummary) -> list[tuple[str, str]]:
 def to_markdown(s: StudySummary, engine: Engine | None = None, command: str | None = None) -> str:
     """The status report as Markdown (reads as plain text too)."""
     out: list[str] = [f"# Tuning report: study `{s.study_name}`", ""]
-    out += ["## Verdict", "", f"- {verdict(s)}"]
+    out += ["## Verdict", "", f"- {verdict_line(s)}"]
     if s.best is not None:
         out.append(f"- Binding limit: **{s.study_limit}**" + (f" ({s.study_limit_why})." if s.study_limit_why else "."))
         if s.best.plateau:

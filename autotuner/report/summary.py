@@ -5,8 +5,8 @@ configurations and where throughput stops growing, and what the tuner would do w
 `summarize` is pure over the study's trials (plus the study's user attributes the tuner wrote: the host
 fingerprint and the settings); `verdict`, `next_steps` and `to_json` only turn a `StudySummary` into
 words and data (markdown.py and console.py into report.md and the terminal view); `write_best` is the
-only part that writes files. The reasoning itself (binding limit, plateau, convergence) lives in
-`diagnosis.py`.
+only part that writes files. The reasoning itself lives in `bench/limits.py` (the binding limit) and
+`diagnosis.py` (plateau, convergence, trends).
 """
 
 from __future__ import annotations
@@ -23,6 +23,7 @@ from typing import Any
 import optuna
 from optuna.trial import FrozenTrial, TrialState
 
+from autotuner.bench.limits import Limit, binding_limit
 from autotuner.core import record, winner
 from autotuner.core.study import verdict as study_verdict
 from autotuner.engines._base import Engine
@@ -139,7 +140,7 @@ def _key(params: dict[str, Any]) -> str:
 def _row(t: record.TrialView, c: winner.Candidate, metric: str, direction: str) -> TrialRow:
     best = t.scored_metrics(metric, direction)
     spread = best.get(f"{metric}_cv")
-    limit = diagnosis.binding_limit(best) if best else diagnosis.Limit("unknown", "no level measured")
+    limit = binding_limit(best) if best else Limit("unknown", "no level measured")
     plateau = diagnosis.load_plateau(t.levels, metric) if direction == "maximize" else None
     return TrialRow(
         number=t.number, value=float(c.first), values=list(t.values or [c.first]), params=dict(t.params),
@@ -359,7 +360,7 @@ def quality_text(row: TrialRow) -> str:
     return text
 
 
-def verdict(s: StudySummary) -> str:
+def verdict_line(s: StudySummary) -> str:
     if s.best is None:
         return "No trial completed: nothing to recommend yet."
     if len(s.front) == 1:
@@ -439,7 +440,7 @@ def to_json(s: StudySummary, command: str | None = None) -> dict[str, Any]:
             data[key]["first_value"], data[key]["value"] = getattr(s, key).value, getattr(s, key).median
     for row, obj in zip(data["top"], s.top, strict=True):
         row["median"], row["first_value"], row["value"] = obj.median, obj.value, obj.median
-    data.update(target_gap=s.target_gap, verdict=verdict(s), command=command)
+    data.update(target_gap=s.target_gap, verdict=verdict_line(s), command=command)
     return _clean(data)
 
 
@@ -468,7 +469,7 @@ def write_best(summary: StudySummary, command: str | None, folder: Path,
                    "baseline_value": summary.baseline_value, "gain": summary.gain,
                    "gain_range": summary.gain_range, "gain_low": summary.gain_low, "confirmed": summary.confirmed,
                    "flaky": summary.flaky, "tied": summary.tied,
-                   "verdict": verdict(summary), "command": command})
+                   "verdict": verdict_line(summary), "command": command})
     if summary.front:  # several objectives: the answer is the front; "best" is its best on the first metric
         data["front"] = _clean([{"trial": r.number, "values": dict(zip(summary.metrics, r.values, strict=False)),
                                  "params": r.params, "baseline": r.baseline, "command": r.command}

@@ -19,9 +19,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from autotuner.config import Experiment, KernelsConfig
-from autotuner.core.launch import launch_context
 from autotuner.engines._base import Engine
-from autotuner.launchers._base import Launcher, env_words, gpu_env, tail
+from autotuner.launchers._base import Launcher, env_words, gpu_env, launch_context, tail
 from autotuner.launchers.docker_command import container_context, container_gpus, docker_run_argv, mounts
 from autotuner.stages import kernels
 from autotuner.util.files import write_atomically

@@ -12,15 +12,11 @@ from pathlib import Path
 import optuna
 import pytest
 
-from tests.conftest import launched
-
-REPO = Path(__file__).resolve().parents[2]
-
-
-def autotuner(*args: str, cwd: Path, timeout: float = 300, env: dict[str, str] | None = None) -> subprocess.CompletedProcess:
-    env = {**os.environ, "PYTHONPATH": str(REPO), "NO_COLOR": "1", "COLUMNS": "200", **(env or {})}
-    return subprocess.run([sys.executable, "-m", "autotuner.cli", *args], cwd=cwd, env=env, capture_output=True,
-                          text=True, timeout=timeout)
+from tests.support import (
+    REPO,
+    autotuner,
+    launched,
+)
 
 
 def test_help_lists_the_commands(tmp_path):

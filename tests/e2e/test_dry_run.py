@@ -8,7 +8,7 @@ import subprocess
 
 import pytest
 
-from tests.e2e.test_cli import REPO, autotuner
+from tests.support import REPO, autotuner
 
 GLM5 = REPO / "experiments" / "glm5-nvfp4-8x-rtx-pro-6000.yaml"
 

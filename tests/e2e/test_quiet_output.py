@@ -7,7 +7,7 @@ import re
 
 import pytest
 
-from tests.e2e.test_cli import REPO, autotuner
+from tests.support import REPO, autotuner
 
 # The tool's own stderr lines: progress of a trial, and its notes.
 OWN = re.compile(r"^(\[trial \d+/\d+ · #\d+\] |confirm: |workload: |    workload: )")

@@ -11,7 +11,7 @@ from pathlib import Path
 import optuna
 import pytest
 
-from tests.conftest import launched
+from tests.support import launched
 
 REPO = Path(__file__).resolve().parents[2]
 pytestmark = pytest.mark.engine

@@ -23,7 +23,7 @@ import pytest
 import yaml
 
 from autotuner.bench.server_metrics import DEFAULT_INTERVAL_S
-from tests.conftest import everything_required
+from tests.support import everything_required
 
 REPO = Path(__file__).resolve().parents[2]
 ARTIFACTS = REPO / "ci-artifacts"
@@ -44,7 +44,7 @@ constraints: ["batch_size == 512 or parallel == 16"]
 """
 
 
-def _require(what: str, reason: str) -> None:
+def require(what: str, reason: str) -> None:
     if everything_required():
         pytest.fail(f"{what} is required in the complete suite (scripts/test-all.sh, CI): {reason}")
     pytest.skip(reason)
@@ -271,7 +271,7 @@ def test_best_prints_a_ready_to_run_command_a_docker_line_and_a_config_the_engin
 def test_optuna_dashboard_opens_the_same_study_storage(night):
     exe = shutil.which("optuna-dashboard") or str(Path(sys.executable).parent / "optuna-dashboard")
     if not Path(exe).exists():
-        _require("optuna-dashboard", "optuna-dashboard is not installed (pip install optuna-dashboard)")
+        require("optuna-dashboard", "optuna-dashboard is not installed (pip install optuna-dashboard)")
     port = _free_port()
     proc = subprocess.Popen([exe, f"sqlite:///{night}/autotuner.db", "--host", "127.0.0.1", "--port", str(port)],
                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
@@ -290,7 +290,7 @@ def _chromium() -> str:
         found = shutil.which(name)
         if found:
             return found
-    _require("chromium", "no chromium: apt-get install chromium (.ci/run installs it)")
+    require("chromium", "no chromium: apt-get install chromium (.ci/run installs it)")
     return ""
 
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from tests.e2e.test_cli import autotuner
+from tests.support import autotuner
 
 SPACE = "engine: llamacpp\nparams:\n  parallel: {type: int, low: 1, high: 4}\n"
 EXPERIMENT = "name: x\nengine: llamacpp\nmodel: {path: m.gguf}\nsearch_space: s.yaml\n"

@@ -22,7 +22,7 @@ from autotuner.engines._base import LaunchContext
 from autotuner.engines.llamacpp import LlamaCppEngine
 from autotuner.launchers._base import EngineExited, LaunchError, free_port
 from autotuner.launchers.docker import DockerLauncher, DockerSetupError
-from tests.conftest import everything_required
+from tests.support import everything_required
 
 pytestmark = [pytest.mark.docker, pytest.mark.engine]
 

@@ -18,8 +18,8 @@ import pytest
 
 from autotuner.engines._base import get_engine
 from autotuner.util import paths
-from tests.conftest import _require
 from tests.engine_samples import emitted_argvs, env_names, launch_args, param_values
+from tests.support import require
 
 REPO = Path(__file__).resolve().parents[2]
 CHECK = REPO / "tests" / "engine_parser_check.py"
@@ -40,7 +40,7 @@ def run_check(python: Path, request: dict, pythonpath: str | None = None) -> lis
 def vllm_python() -> Path:
     python = paths.vllm_python()
     if python is None or not python.exists():
-        _require("vLLM", "vLLM's CPU build is not installed: run scripts/setup-vllm.sh")
+        require("vLLM", "vLLM's CPU build is not installed: run scripts/setup-vllm.sh")
     return python
 
 

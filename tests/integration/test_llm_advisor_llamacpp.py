@@ -19,8 +19,8 @@ from autotuner.engines._base import LaunchContext, get_engine
 from autotuner.launchers._base import free_port
 from autotuner.launchers.process import ProcessLauncher
 from autotuner.tracking import MlflowTracker
-from tests.unit.test_advisors import LLAMA_SPACE
-from tests.unit.test_driver import FakeEngine
+from tests.fake_engine import FakeEngine
+from tests.support import LLAMA_SPACE
 
 pytestmark = pytest.mark.engine
 

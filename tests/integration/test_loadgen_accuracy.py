@@ -22,8 +22,8 @@ from autotuner.bench.client import RequestRecord, make_client, stream_request
 from autotuner.bench.runner import format_level, run_level, run_level_sync
 from autotuner.bench.transport import _ChunkedDecoder
 from autotuner.workloads.synthetic import Workload, build_payloads
-from tests.conftest import with_timing_retries
 from tests.fake_openai_server import FakeOpenAIServer, FakeServerConfig, ServedRequest
+from tests.support import with_timing_retries
 
 MS = 1_000_000  # ns
 TOLERANCE_NS = 1 * MS

@@ -19,7 +19,7 @@ from autotuner.core.progress import Progress
 from autotuner.engines._base import get_engine
 from autotuner.launchers.process import ProcessLauncher
 from autotuner.tracking import MlflowTracker
-from tests.conftest import processes_with_env
+from tests.support import processes_with_env
 
 pytestmark = [pytest.mark.engine, pytest.mark.slow]
 INPUT_LEN = 160

@@ -15,8 +15,8 @@ from autotuner.bench.runner import run_level
 from autotuner.bench.server_metrics import DEFAULT_INTERVAL_S, ServerMetricsSampler
 from autotuner.engines._base import get_engine
 from autotuner.workloads.synthetic import Workload
-from tests.conftest import with_timing_retries
 from tests.fake_openai_server import FakeOpenAIServer, FakeServerConfig
+from tests.support import with_timing_retries
 
 REPEATS = 10
 # The tuner's rate. At 10 times it (0.05 s) the thread, which still shares the interpreter lock, moved

@@ -18,7 +18,7 @@ import optuna
 import pytest
 from optuna.trial import TrialState
 
-from tests.conftest import REPO, launched, processes_with_env
+from tests.support import REPO, launched, processes_with_env
 
 pytestmark = pytest.mark.engine
 

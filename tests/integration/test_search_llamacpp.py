@@ -13,7 +13,7 @@ from autotuner.core.progress import Progress
 from autotuner.engines._base import get_engine
 from autotuner.launchers.process import ProcessLauncher
 from autotuner.tracking import MlflowTracker
-from tests.conftest import launched
+from tests.support import launched
 
 pytestmark = pytest.mark.engine
 

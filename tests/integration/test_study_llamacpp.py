@@ -17,7 +17,7 @@ from autotuner.core.progress import Progress
 from autotuner.engines._base import get_engine
 from autotuner.launchers.process import ProcessLauncher
 from autotuner.tracking import MlflowTracker, default_tracking_uri
-from tests.conftest import launched
+from tests.support import launched
 
 pytestmark = pytest.mark.engine
 

@@ -20,7 +20,7 @@ from autotuner.engines._base import LaunchContext, get_engine
 from autotuner.launchers._base import EngineExited, free_port
 from autotuner.launchers.process import ProcessLauncher
 from autotuner.tracking import MlflowTracker
-from tests.conftest import processes_with_env
+from tests.support import processes_with_env
 
 pytestmark = [pytest.mark.engine, pytest.mark.slow]
 REPO = Path(__file__).resolve().parents[2]

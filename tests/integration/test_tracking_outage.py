@@ -19,7 +19,7 @@ from autotuner.engines._base import get_engine
 from autotuner.launchers._base import free_port
 from autotuner.launchers.process import ProcessLauncher
 from autotuner.tracking import MlflowTracker
-from tests.conftest import launched
+from tests.support import launched
 
 pytestmark = pytest.mark.engine
 

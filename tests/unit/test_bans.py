@@ -2,13 +2,9 @@
 
 from __future__ import annotations
 
-from autotuner.advisors import Proposal
 from autotuner.core import bans
 from autotuner.core.record import TrialView
 from autotuner.engines._base import get_engine
-from tests.conftest import launched
-from tests.unit.test_advisors import Scripted
-from tests.unit.test_driver import WORK, study
 
 VLLM = get_engine("vllm")
 
@@ -56,16 +52,3 @@ def test_short_values_and_numbers_are_not_read_as_named():
     assert not bans.names("error: argument --enable-eplb-x: bad", "--enable-eplb", True)
 
 
-def test_the_study_never_launches_a_refused_value_again(tmp_path, monkeypatch):
-    advisor = Scripted([Proposal({"kernel": "turbo", "itl_ms": 5}, "turbo, slower tokens")])
-    monkeypatch.setattr("autotuner.compose.advisors", lambda driver: [advisor])
-    trials, out = study(tmp_path, "  kernel: {type: categorical, choices: [safe, turbo]}\n"
-                        "  itl_ms: {type: categorical, choices: [2, 5, 20]}\n",
-                        WORK + "load: {max_concurrency: [2]}\nconfirm: {top_k: 0}\nquality: off\n"
-                        "enqueue: [{kernel: turbo, itl_ms: 2}]\n", 6)
-    turbo = [t for t in launched(trials) if t.params.get("kernel") == "turbo"]
-    refused = [t for t in turbo if t.user_attrs.get("failure_class") == "bad-flag"]
-    assert len(refused) == 1 and "invalid choice: 'turbo'" in refused[0].user_attrs["failure_reason"]
-    assert "never again with this engine version: kernel='turbo' was refused" in out
-    assert "advisor scripted: proposed --kernel turbo --itl-s 0.005: refused (kernel='turbo' was refused" in out
-    assert all(t.user_attrs.get("failure_class") == "infeasible" for t in turbo if t not in refused)

@@ -2,35 +2,15 @@
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import pytest
 
 from autotuner.config import ConfigError, load_experiment, load_search_space
-
-REPO = Path(__file__).resolve().parents[2]
-
-SPACE = """\
-engine: llamacpp
-params:
-  parallel: {type: int, low: 1, high: 8}
-"""
-
-
-def write(tmp_path: Path, experiment: str, space: str = SPACE) -> Path:
-    (tmp_path / "space.yaml").write_text(space)
-    (tmp_path / "model.gguf").write_bytes(b"")
-    path = tmp_path / "exp.yaml"
-    path.write_text(experiment)
-    return path
-
-
-BASE = """\
-name: t
-engine: llamacpp
-model: {path: model.gguf}
-search_space: space.yaml
-"""
+from tests.support import (
+    BASE,
+    REPO,
+    SPACE,
+    write,
+)
 
 
 def test_shipped_quickstart_loads_with_paths_relative_to_the_file():

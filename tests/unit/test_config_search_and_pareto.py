@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from autotuner.config import ConfigError, ExperimentConfig, load_experiment, recheck
-from tests.unit.test_config import BASE, SPACE, write
+from tests.support import BASE, SPACE, write
 
 SLO = "objective: {slo: {ttft_ms_p99: 2000}}\n"
 PARETO = "objective: {metrics: [output_tok_per_s, ttft_ms_p99], directions: [maximize, minimize]}\n"
@@ -77,7 +77,7 @@ def test_a_command_line_target_on_two_objectives_is_refused(tmp_path):
 
 
 def test_the_shipped_pareto_experiment_loads():
-    from tests.unit.test_config import REPO
+    from tests.support import REPO
 
     cfg = load_experiment(REPO / "experiments" / "pareto.yaml").config
     assert cfg.load.search.kind == "max_concurrency" and cfg.objective.multi and cfg.study.pruner == "none"

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from autotuner.report.diagnosis import binding_limit, convergence, load_plateau, param_trends
+from autotuner.bench.limits import binding_limit
+from autotuner.report.diagnosis import convergence, load_plateau, param_trends
 
 
 def level(**kw):

@@ -16,14 +16,14 @@ import pytest
 from autotuner.bench.gpu_telemetry import (
     GpuLimits,
     GpuTelemetrySampler,
+    gpu_summary,
     nvlink_rates,
     parse_dmon,
     parse_limits,
     parse_nvlink_counters,
     parse_nvlink_status,
-    summarize,
 )
-from autotuner.report.diagnosis import binding_limit, gpu_limit
+from autotuner.bench.limits import binding_limit, gpu_limit
 
 # Synthetic: two GPUs, two seconds, columns of `dmon -s pucvmt` (some drivers print more; `-` = unsupported).
 SYNTHETIC_DMON = """\
@@ -53,14 +53,14 @@ def test_limits_parse_and_unsupported_fields_are_none():
 
 
 def test_a_level_summary_is_means_per_gpu_and_second():
-    m = summarize(parse_dmon(SYNTHETIC_DMON), parse_limits(SYNTHETIC_LIMITS))
+    m = gpu_summary(parse_dmon(SYNTHETIC_DMON), parse_limits(SYNTHETIC_LIMITS))
     assert m["gpu_count"] == 2 and m["gpu_samples"] == 2
     assert m["gpu_power_w_mean"] == pytest.approx(598.5)
     assert m["gpu_power_frac_mean"] == pytest.approx(598.5 / 600)
     assert m["gpu_power_capped_pct_mean"] == pytest.approx(45)
     assert m["gpu_fb_used_mib_max"] == 90300
     assert 0.78 < m["gpu_sm_clock_frac_mean"] < 0.81
-    assert summarize([], {}) == {}
+    assert gpu_summary([], {}) == {}
 
 
 def server_level(**kw):
@@ -72,7 +72,7 @@ def gpus(**kw):
 
 
 def test_power_at_its_limit_with_the_driver_capping_it_is_power_bound():
-    m = summarize(parse_dmon(SYNTHETIC_DMON), parse_limits(SYNTHETIC_LIMITS))
+    m = gpu_summary(parse_dmon(SYNTHETIC_DMON), parse_limits(SYNTHETIC_LIMITS))
     m["gpu_samples"] = 30
     limit = binding_limit(server_level(**m))
     assert limit.kind == "power" and "power-capped 45% of the time" in limit.why
@@ -216,8 +216,8 @@ def test_an_h200_under_bf16_matrix_products_reads_as_power_bound():
     loaded = [s for s in samples if s.values["pwr"] > 600]
     idle = [s for s in samples if s.values["pwr"] < 200]
     assert len(loaded) >= 8 and len(idle) >= 8
-    m = summarize(loaded, limits)
+    m = gpu_summary(loaded, limits)
     assert m["gpu_power_frac_mean"] > 0.95 and m["gpu_sm_util_mean"] > 90
     limit = gpu_limit(m)
     assert limit is not None and limit.kind == "power", m
-    assert gpu_limit(summarize(idle, limits)) is None
+    assert gpu_limit(gpu_summary(idle, limits)) is None

@@ -7,9 +7,6 @@ implementation of the seam); tests/integration/test_llm_advisor_llamacpp.py asks
 from __future__ import annotations
 
 import json
-import threading
-import time
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
 import pytest
@@ -18,9 +15,7 @@ from autotuner.advisors.llm import AdviceError, parse, request_body, schema
 from autotuner.config import LlmAdvisorConfig, load_experiment
 from autotuner.engines._base import get_engine
 from autotuner.report.dryrun import dry_run
-from tests.conftest import launched
-from tests.unit.test_advisors import LLAMA_SPACE
-from tests.unit.test_driver import WORK, study
+from tests.support import LLAMA_SPACE, Endpoint
 
 
 def test_the_answer_schema_holds_the_spaces_params_and_values():
@@ -63,87 +58,14 @@ def test_an_answer_that_is_not_proposals_is_an_advice_error(text):
         parse(text, LLAMA_SPACE)
 
 
-class Endpoint:
-    """An OpenAI-style /v1/chat/completions that answers the scripted texts in turn (the last one again)."""
-
-    def __init__(self, answers: list[str], delay_s: float = 0.0):
-        self.answers, self.delay_s, self.requests = answers, delay_s, []
-        endpoint = self
-
-        class Handler(BaseHTTPRequestHandler):
-            def do_POST(self) -> None:  # noqa: N802  (http.server's name)
-                body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
-                endpoint.requests.append((self.path, dict(self.headers), body))
-                time.sleep(endpoint.delay_s)
-                text = endpoint.answers[min(len(endpoint.requests), len(endpoint.answers)) - 1]
-                status, kind = 200, "application/json"
-                if isinstance(text, tuple):  # (status, content type, body): what some gateway answers instead
-                    status, kind, body_text = text
-                    reply = body_text.encode()
-                else:
-                    reply = json.dumps({"choices": [{"message": {"role": "assistant", "content": text}}]}).encode()
-                try:
-                    self.send_response(status)
-                    self.send_header("Content-Type", kind)
-                    self.send_header("Content-Length", str(len(reply)))
-                    self.end_headers()
-                    self.wfile.write(reply)
-                except (BrokenPipeError, ConnectionResetError):  # the advisor gave up waiting: as it should
-                    pass
-
-            def log_message(self, *args: object) -> None:
-                pass
-
-        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self.url = f"http://127.0.0.1:{self.server.server_address[1]}/v1"
-
-    def __enter__(self) -> Endpoint:
-        threading.Thread(target=self.server.serve_forever, daemon=True).start()
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.server.shutdown()
-        self.server.server_close()
 
 
-SPACE = "  itl_ms: {type: categorical, choices: [2, 5, 20]}\n  capacity: {type: categorical, choices: [64, 1]}\n"
 
 
-def llm_study(tmp_path: Path, url: str, n: int, timeout_s: float = 30) -> tuple[list, str]:
-    return study(tmp_path, SPACE, WORK + "load: {max_concurrency: [2]}\nconfirm: {top_k: 0}\nquality: off\n"
-                 f"advisors: [{{llm: {{base_url: '{url}', model: tuner, api_key_env: TUNER_KEY, "
-                 f"timeout_s: {timeout_s}}}}}]\n", n)
 
 
-def test_the_study_launches_what_the_model_proposes_and_shrugs_off_what_it_garbles(tmp_path, monkeypatch):
-    monkeypatch.setenv("TUNER_KEY", "sk-secret-123")
-    answers = ["Sure! Try more capacity.",  # not JSON: said, ignored
-               json.dumps({"proposals": [{"params": {"itl_ms": 3}, "reason": "off the grid"},
-                                         {"params": {"itl_ms": 2, "capacity": 64}, "reason": "#0 queued: more room"}]})]
-    with Endpoint(answers) as endpoint:
-        trials, out = llm_study(tmp_path, endpoint.url, 4)
-    assert "advisor llm: no proposal this time (not JSON" in out
-    assert "advisor llm: proposed {'itl_ms': 3}: refused ('itl_ms' must be one of [2, 5, 20] (got 3))" in out
-    (taken,) = [t for t in trials if t.user_attrs.get("proposed_by") == "llm"]
-    assert taken.params == {"itl_ms": 2, "capacity": 64} and taken.user_attrs["reason"] == "#0 queued: more room"
-    assert taken.state.name == "COMPLETE" and "by llm: #0 queued: more room" in out
-    path, headers, body = endpoint.requests[-1]
-    assert path == "/v1/chat/completions" and headers["Authorization"] == "Bearer sk-secret-123"
-    evidence = json.loads(body["messages"][1]["content"])
-    assert evidence["trials"][0]["params"] == "engine defaults" and "output_tok_per_s" in evidence["trials"][0]
-    assert body["response_format"]["json_schema"]["schema"]["properties"]["proposals"]["maxItems"] == 3
-    stored = "".join(p.read_text(errors="replace") for p in (tmp_path / "results").rglob("*") if p.is_file())
-    assert "sk-secret-123" not in stored + out
 
 
-def test_a_model_slower_than_its_timeout_is_skipped_and_after_three_in_a_row_not_asked_again(tmp_path):
-    with Endpoint([json.dumps({"proposals": [{"params": {"itl_ms": 2}, "reason": "late"}]})], delay_s=3) as endpoint:
-        trials, out = llm_study(tmp_path, endpoint.url, 5, timeout_s=0.5)
-        asked = len(endpoint.requests)
-    assert "advisor llm: no proposal this time (no answer within 0.5 s)" in out
-    assert "3 failed answers in a row: not asked again in this run" in out and asked == 3
-    ran = [t for t in launched(trials) if t.state.name != "WAITING"]
-    assert len(ran) == 5 and not any(t.user_attrs.get("proposed_by") == "llm" for t in ran)
 
 
 def test_an_llm_advisor_is_written_in_the_experiment(tmp_path: Path):
@@ -160,7 +82,7 @@ def test_an_llm_advisor_is_written_in_the_experiment(tmp_path: Path):
 
 def test_a_login_page_instead_of_an_api_counts_as_a_failed_answer_and_an_echoed_key_is_hidden(monkeypatch):
     from autotuner.advisors.llm import LlmAdvisor
-    from tests.unit.test_advisors import so_far
+    from tests.support import so_far
 
     monkeypatch.setenv("TUNER_KEY", "sk-secret-123")
     gateway = [(200, "text/html", "<html>sign in</html>"), (401, "text/plain", "invalid key sk-secret-123")]

@@ -130,7 +130,7 @@ def test_summary_lists_the_front_best_first_metric_first():
     assert [r.number for r in s.front] == [1, 0, 2]
     assert s.front[0].values == [500.0, 900.0] and s.best.number == 1
     assert s.metrics == ["output_tok_per_s", "ttft_ms_p99"] and s.directions == ["maximize", "minimize"]
-    assert report.verdict(s).startswith("Pareto front: 3 configurations trade "
+    assert report.verdict_line(s).startswith("Pareto front: 3 configurations trade "
                                                                 "output_tok_per_s (higher is better) against "
                                                                 "ttft_ms_p99 (lower is better)")
 

@@ -136,4 +136,4 @@ def test_a_baseline_without_a_value_is_explained_in_the_verdict():
     s = report.summarize(study([base, complete(700.0, {"parallel": 8}, [lvl(8, 700)])]), "output_tok_per_s")
     assert s.gain is None
     assert ("(the baseline has no value: trial #0 FAIL slo-violated: ttft_ms_p99 6,100 > 5,000 at every level)"
-            in report.verdict(s))
+            in report.verdict_line(s))

@@ -34,7 +34,7 @@ def test_provisional_gain_over_the_baseline_and_top_rows():
     assert s.best.number == 1 and s.baseline_value == 100.0 and s.gain == 0.5 and not s.confirmed
     assert [r.number for r in s.top] == [1, 2, 0]
     assert s.counts == {"COMPLETE": 3}
-    assert "provisional" in report.verdict(s)
+    assert "provisional" in report.verdict_line(s)
 
 
 def test_a_lucky_first_measurement_loses_to_the_better_median():
@@ -45,7 +45,7 @@ def test_a_lucky_first_measurement_loses_to_the_better_median():
     assert s.top[1].number == 1 and sorted(s.top[1].repeats) == [118.0, 119.0, 120.0]
     assert s.baseline_value == 100.0 and s.gain == pytest.approx(0.5)
     assert s.gain_range == pytest.approx((149 / 101 - 1, 152 / 99 - 1))
-    text = report.verdict(s)
+    text = report.verdict_line(s)
     assert "median of 3 confirmation launches, 149.0–152.0" in text and "+50.0% over the engine defaults" in text
 
 
@@ -53,14 +53,14 @@ def test_a_config_whose_confirmation_launch_failed_is_flaky_and_cannot_win():
     s = summarize(study_with(NIGHT, confirmation={"0": [100.0, 100.0], "1": [200.0, None], "2": [150.0, 151.0]}),
                   "output_tok_per_s")
     assert s.best.number == 2 and s.flaky == [1]
-    assert "flaky" in report.verdict(s) and "#1" in report.verdict(s)
+    assert "flaky" in report.verdict_line(s) and "#1" in report.verdict_line(s)
 
 
 def test_the_defaults_can_win_and_the_verdict_says_so():
     s = summarize(study_with(NIGHT, confirmation={"0": [170.0, 171.0], "1": [150.0, 152.0], "2": [140.0, 141.0]}),
                   "output_tok_per_s")
     assert s.best.baseline and s.gain == pytest.approx(0.0)
-    assert "engine defaults are the best configuration measured" in report.verdict(s)
+    assert "engine defaults are the best configuration measured" in report.verdict_line(s)
 
 
 def test_every_reader_names_the_same_winner():
@@ -85,7 +85,7 @@ def test_a_gain_within_the_noise_keeps_the_defaults_in_every_output(tmp_path):
                                             "2": [105.0, 104.0, 103.0]})
     s = summarize(study, "output_tok_per_s")
     assert s.best.baseline and s.contender.number == 2 and s.contender_gain == pytest.approx(0.04)
-    text = report.verdict(s)
+    text = report.verdict_line(s)
     assert text.startswith("Keep the engine defaults (trial #0, 100.0 output_tok_per_s")
     assert "trial #2, measured 104.0, +4.0% (range -2.8% to +7.1%), but did not beat them in every" in text
     best = json.loads(report.write_best(s, "llama-server", tmp_path).read_text())

@@ -16,7 +16,7 @@ from autotuner.bench.server_metrics import (
     canonical,
     parse_prometheus,
     read_canonical,
-    summarize,
+    server_summary,
 )
 from autotuner.engines._base import get_engine
 
@@ -91,12 +91,12 @@ def test_summarize_gauges_and_counters():
                             "generation_tokens_total": 100, "preemptions_total": 1}),
                Sample(0.5, {"requests_running": 4, "requests_waiting": 2, "kv_cache_usage": 0.9,
                             "generation_tokens_total": 300, "preemptions_total": 3})]
-    out = summarize(samples, VLLM_SERIES)
+    out = server_summary(samples, VLLM_SERIES)
     assert out["server_samples"] == 2
     assert out["server_requests_running_mean"] == 3 and out["server_requests_running_max"] == 4
     assert out["server_kv_cache_usage_max"] == pytest.approx(0.9)
     assert out["server_generation_tokens"] == 200 and out["server_preemptions"] == 2
-    assert summarize([], VLLM_SERIES) == {"server_samples": 0.0}  # a level too short to sample says so
+    assert server_summary([], VLLM_SERIES) == {"server_samples": 0.0}  # a level too short to sample says so
 
 
 class MetricsServer:
@@ -166,7 +166,7 @@ def test_sampler_polls_on_its_own_thread_and_splits_samples_by_level():
     polls = [s.values["requests_running"] for s in first + second]
     assert polls[0] in (1, 2) and polls == list(range(int(polls[0]), int(polls[0]) + len(polls)))
     assert all(a.t_s < b.t_s for a, b in zip(first, first[1:], strict=False))
-    out = summarize(second, VLLM_SERIES)
+    out = server_summary(second, VLLM_SERIES)
     # The counter's increase runs from the level's first (boundary) sample to its last.
     assert out["server_generation_tokens"] == 10 * (len(second) - 1)
     # Gauges come from the samples under load only.
@@ -193,7 +193,7 @@ def test_a_level_shorter_than_the_interval_still_counts_its_counters():
     finally:
         server.close()
     assert len(samples) >= 2
-    out = summarize(samples, VLLM_SERIES)
+    out = server_summary(samples, VLLM_SERIES)
     assert out["server_generation_tokens"] == samples[-1].values["generation_tokens_total"] - samples[0].values[
         "generation_tokens_total"] > 0
 
@@ -213,7 +213,7 @@ def test_sampler_survives_a_server_without_metrics():
 def test_prefix_cache_hit_rate_from_vllms_counters():
     samples = [Sample(0.0, {"prefix_cache_queries_total": 1000, "prefix_cache_hits_total": 100}, True),
                Sample(0.5, {"prefix_cache_queries_total": 3000, "prefix_cache_hits_total": 1100}, True)]
-    out = summarize(samples, VLLM_SERIES)
+    out = server_summary(samples, VLLM_SERIES)
     assert out["server_prefix_cache_queries"] == 2000 and out["server_prefix_cache_hits"] == 1000
     assert out["server_prefix_cache_hit_rate"] == 0.5
     assert out["server_samples"] == 0  # boundary samples only: no gauge says anything

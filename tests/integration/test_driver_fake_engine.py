@@ -4,48 +4,17 @@ pruning), in seconds and without llama-server."""
 
 from __future__ import annotations
 
-import io
 import re
-from pathlib import Path
 
 import pytest
-from rich.console import Console
 
-from autotuner.compose import make_driver
-from autotuner.config import load_experiment
-from autotuner.core.driver import StudyDriver
 from autotuner.core.progress import Progress
-from autotuner.launchers.process import ProcessLauncher
-from autotuner.tracking import MlflowTracker
-from tests.conftest import launched
-from tests.fake_engine import FakeEngine
-
-
-def study(tmp_path: Path, space: str, body: str, n: int, study_extra: str = "", startup_s: float = 10) -> tuple[list, str]:
-    """Run `n` trials of a study of the fake engine; its trials and what progress printed."""
-    driver, out = worker(tmp_path, space, body, study_extra, startup_s)
-    return driver.run(n).get_trials(), out.getvalue()
-
-
-def worker(tmp_path: Path, space: str, body: str, study_extra: str = "",
-           startup_s: float = 10) -> tuple[StudyDriver, io.StringIO]:
-    """A driver of a study of the fake engine (another one on the same files: another worker on the study),
-    and where its progress prints."""
-    model = tmp_path / "model.bin"
-    model.write_bytes(b"fake")
-    (tmp_path / "s.yaml").write_text("engine: fake\nparams:\n" + space)
-    (tmp_path / "exp.yaml").write_text(
-        f"name: fake\nengine: fake\nmodel: {{path: {model}, name: m}}\nsearch_space: s.yaml\n"
-        f"study: {{storage: 'sqlite:///{tmp_path}/s.db', seed: 0{study_extra}}}\nstartup_timeout_s: {startup_s}\n" + body)
-    out = io.StringIO()
-    driver = make_driver(load_experiment(tmp_path / "exp.yaml"), engine=FakeEngine(),
-                         launcher=ProcessLauncher(tmp_path / "procs"), tracker=MlflowTracker(root=tmp_path / "mlruns"),
-                         results_dir=tmp_path / "results",
-                         progress=lambda total: Progress(total, "output_tok_per_s", Console(file=out, width=300)))
-    return driver, out
-
-
-WORK = "workload: {num_prompts: 16, input_len: 8, output_len: 16, warmup_requests: 0}\n"
+from tests.support import (
+    WORK,
+    launched,
+    study,
+    worker,
+)
 
 
 def test_an_overloaded_higher_level_keeps_the_lower_levels_that_met_the_slo(tmp_path):
