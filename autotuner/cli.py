@@ -102,15 +102,11 @@ def run(
         if dry_run:
             _dry_run(exp, trials)
             return
-        if not verbose:
-            from autotuner.util.logfile import route_library_logs
-
-            route_library_logs(results / exp.config.study_name)
         # No terminal, or --parallel workers (they run unattended): nobody to ask, proposals are taken.
         if advice == "ask" and (worker is not None or parallel > 1 or not sys.stdin.isatty()):
             advice = "auto"
         tuner = compose.make_tuner(exp, tracking_uri, results, say=_say, pool=compose.worker_pool(exp, parallel, gpus),
-                               worker=worker, advice=advice, ask=_ask)
+                                   worker=worker, advice=advice, ask=_ask, quiet=not verbose)
     except ConfigError as e:
         _fail(str(e))
         return

@@ -35,6 +35,7 @@ from autotuner.node import host
 from autotuner.node.pool import Leases, node_pool
 from autotuner.tracking import MlflowStudyLog, MlflowTracker
 from autotuner.tracking.artifacts import StudyArtifacts, settings
+from autotuner.util.logfile import route_library_logs
 
 if TYPE_CHECKING:
     from autotuner.launchers.docker import DockerLauncher
@@ -115,16 +116,25 @@ def status(driver: StudyDriver) -> dict[str, Any]:
 # --- a tuner for `autotuner run` ------------------------------------------------------------------------
 
 def make_tuner(exp: Experiment, tracking_uri: str | None, results: Path, *, say: Say, pool: Leases | None = None,
-               worker: str | None = None, advice: str = "auto", ask: AskUser | None = None) -> StudyDriver:
+               worker: str | None = None, advice: str = "auto", ask: AskUser | None = None,
+               quiet: bool = True) -> StudyDriver:
     """The driver `autotuner run` runs: the engine checked, its binary found (or its image's version read),
-    the GPUs checked before the first trial, kernels tuned once. Raises ConfigError (exit 2)."""
+    the GPUs checked before the first trial, kernels tuned once. Raises ConfigError (exit 2) before it
+    creates any folder or file when an input is wrong. `quiet`: the libraries' logs go to the study's
+    autotuner.log, not the terminal."""
     cfg = exp.config
     engine = preflight.check(exp)
+    if tracking_uri:
+        preflight.check_tracking(tracking_uri, "--tracking-uri")
+    else:
+        preflight.check_tracking(cfg.tracking.uri, f"{exp.source}: field 'tracking.uri'")
     binary = None
     if cfg.launcher == "process":  # in a container the engine is the image's
         binary, hint = engine.find_binary()
         if binary is None:
             raise ConfigError(hint)
+    if quiet:  # the inputs are good: from here on the study's folder may be written
+        route_library_logs(results / cfg.study_name)
     launcher = make_launcher(exp, progress=say)
     if cfg.hardware.gpus > 0 and worker is None:  # --parallel workers: their parent checked already
         gpu_preflight(exp, launcher, str(binary) if binary else None, pool, say)

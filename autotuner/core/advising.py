@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING, Any
 from optuna.trial import TrialState
 
 from autotuner.advisors import AdviceError, Proposal, StudySoFar, complete
-from autotuner.core import bans, record
+from autotuner.core import asking, bans, record
 from autotuner.core.progress import Progress
 from autotuner.util import locks
 
@@ -59,7 +59,7 @@ def _take(driver: StudyDriver, who: str, p: Proposal, so_far: StudySoFar, progre
         return False
     params = complete(p.params, driver.space, so_far.defaults)
     key = record.config_key(params, False)
-    if (who, key) in driver._refused or driver._measured(params, False) is not None:
+    if (who, key) in driver._refused or asking.settled_by(driver, params, False) is not None:
         return False
     if broken := _broken(driver, params):
         _refuse(driver, progress, who, key, f"proposed {driver.engine.describe(params)}: refused ({'; '.join(broken)})")
@@ -78,7 +78,7 @@ def _take(driver: StudyDriver, who: str, p: Proposal, so_far: StudySoFar, progre
                 return False
             params, reason = complete(answer, driver.space, so_far.defaults), f"{p.reason} (edited by the user)"
             key = record.config_key(params, False)
-            if driver._measured(params, False) is not None:
+            if asking.settled_by(driver, params, False) is not None:
                 progress.note(f"advisor {who}: the edited config {driver.engine.describe(params)} was measured "
                               "or is being measured")
                 return False

@@ -15,11 +15,9 @@ It never launches or measures by itself (the executor does) and never decides a 
 from __future__ import annotations
 
 import json
-import random
 import re
 import subprocess
 import time
-import warnings
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any, cast
@@ -30,14 +28,14 @@ from optuna.trial import TrialState
 from autotuner import quality
 from autotuner.advisors import Advisor
 from autotuner.config import Experiment, recheck
-from autotuner.config.space import RandomSuggester, SearchSpace
-from autotuner.core import advising, confirm, record, stopping
+from autotuner.config.space import SearchSpace
+from autotuner.core import advising, asking, confirm, record, stopping
 from autotuner.core.callbacks import StudyCallback
 from autotuner.core.executor import TrialExecutor, TrialResult
 from autotuner.core.load_search import highest_passing
 from autotuner.core.objective import meets, scored_index
 from autotuner.core.progress import Progress
-from autotuner.core.recovery import WORKER_ATTR, Heartbeat, recover_stale_trials
+from autotuner.core.recovery import Heartbeat, recover_stale_trials
 from autotuner.core.resolved import resolved_experiment
 from autotuner.core.sampling import FAILURE_CONSTRAINT
 from autotuner.core.study import best_trial, open_study, primary_value, sized_sampler
@@ -45,13 +43,12 @@ from autotuner.core.study import candidates as study_candidates
 from autotuner.core.study import verdict as study_verdict
 from autotuner.core.traffic import keep_state, shape_line
 from autotuner.engines._base import Engine, LaunchSpec
-from autotuner.launchers._base import Launcher, this_owner
+from autotuner.launchers._base import Launcher
 from autotuner.node import host
 from autotuner.node.pool import Leases
 from autotuner.util import locks, secrets
 from autotuner.util.interrupts import StopRequests
 
-MAX_REASKS = 20  # re-proposals of measured configs in a row before an unmeasured one is drawn at random
 REFERENCE_TRIES = 2  # launches of the defaults to get the quality gate's reference before giving up
 
 # With --advice ask: shown a proposal (the question, its params), the user says yes (True), no (False), or
@@ -309,7 +306,7 @@ class StudyDriver:
     def _run_trial(self, index: int, progress: Progress) -> bool:
         """Ask for a configuration not measured yet and measure it; False when the space holds none."""
         t0 = time.perf_counter()
-        asked = self._ask_new(progress)
+        asked = asking.ask_new(self, progress)
         if asked is None:
             return False
         trial, params = asked
@@ -350,70 +347,6 @@ class StudyDriver:
         if stop_now:
             raise KeyboardInterrupt
         return True
-
-    def _ask(self) -> optuna.Trial:
-        # Under the study's lock: Optuna pops a queued trial by reading then writing its state, and on
-        # SQLite (no SELECT ... FOR UPDATE) two workers asking at once could both pop the same one (CI
-        # saw it: two workers ran trial #0, and the second could not record it).
-        with warnings.catch_warnings(), locks.exclusive(self.cfg.study.storage):
-            # we run our own heartbeat thread (recovery.Heartbeat) in ask/tell
-            warnings.filterwarnings("ignore", "Heartbeat of storage is supposed to be used with Study.optimize")
-            trial = self.study.ask()
-        trial.set_user_attr(WORKER_ATTR, this_owner())
-        return trial
-
-    def _ask_new(self, progress: Progress) -> tuple[optuna.Trial, dict[str, Any]] | None:
-        """A trial with a configuration no finished trial measured (a retry measures its own again).
-
-        A re-proposal is told as a FAIL marked `duplicate_of` (hidden from the sampler, never launched,
-        never counted) and the sampler is asked again; after `MAX_REASKS` in a row an unmeasured config is
-        drawn at random. None when the space holds no unmeasured configuration."""
-        for attempt in range(MAX_REASKS + 1):
-            trial = self._ask()
-            baseline = bool(trial.user_attrs.get(record.BASELINE))
-            params = {} if baseline else self.space.suggest(trial)
-            if trial.user_attrs.get(record.RETRY_OF) is not None:
-                return trial, params
-            earlier = self._measured(params, baseline, asking=trial.number)
-            if earlier is None:
-                return trial, params
-            trial.set_user_attr(record.DUPLICATE_OF, earlier)
-            self.study.tell(trial, state=TrialState.FAIL)
-            if attempt + 1 == MAX_REASKS:
-                fresh = self._unmeasured_config()
-                if fresh is None:
-                    return None
-                progress.note(f"the sampler proposed measured configs {MAX_REASKS} times in a row: "
-                              "measuring an unmeasured one drawn at random")
-                self.study.enqueue_trial(
-                    fresh,
-                    user_attrs={
-                        record.PROPOSED_BY: "random",
-                        record.REASON: "the sampler kept re-proposing measured configs",
-                    },
-                )
-        return None
-
-    def _measured(self, params: dict[str, Any], baseline: bool, asking: int | None = None) -> int | None:
-        """The trial that settled this configuration: measured it, or failed it (a transient failure is
-        settled by its retry; an interruption settles nothing), or another worker measuring it now."""
-        key = record.config_key(params, baseline)
-        settled = (TrialState.COMPLETE, TrialState.FAIL, TrialState.PRUNED, TrialState.RUNNING)
-        for t in map(record.view, self.study.get_trials(deepcopy=False, states=settled)):
-            if t.number == asking or t.config_key != key or t.duplicate_of is not None:
-                continue
-            if t.state != "FAIL" or t.retry_of is not None or not (t.transient or t.failure_class == "interrupted"):
-                return t.number
-        return None
-
-    def _unmeasured_config(self) -> dict[str, Any] | None:
-        """A random feasible config of the space that no trial settled (None: none found in many draws)."""
-        rng = random.Random(len(self.study.trials))
-        for _ in range(500):
-            params = self.space.suggest(RandomSuggester(rng))
-            if not self.executor.infeasible(params) and self._measured(params, False) is None:
-                return params
-        return None
 
     def _requeue(self, trial: optuna.Trial, params: dict[str, Any], who: str, why: str) -> None:
         attrs = {k: trial.user_attrs[k] for k in (record.BASELINE, record.ENQUEUED) if k in trial.user_attrs}

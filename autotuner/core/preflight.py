@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import importlib.util
 import os
+from urllib.parse import urlsplit
 
 from autotuner.config import CategoricalParam, ConfigError, Experiment
 from autotuner.config.space import ExpressionError, SearchSpace
@@ -43,12 +44,27 @@ def check(exp: Experiment, need_model: bool = True) -> Engine:
     if need_model and not exp.model_path.exists():
         raise ConfigError(f"{exp.source}: field 'model.path': not found: {exp.model_path} "
                           "(scripts/setup.sh makes the quickstart model, scripts/setup-vllm.sh the vLLM one)")
-    check_storage(cfg.study.storage)
+    check_storage(cfg.study.storage, f"{exp.source}: field 'study.storage'")
     if cfg.study.sampler == "gp" and importlib.util.find_spec("torch") is None:
         # Optuna's GPSampler imports torch only when it first samples: fail here, not hours in.
         raise ConfigError(f"{exp.source}: field 'study.sampler': gp needs PyTorch, which is not installed "
                           "(pip install torch), or use tpe")
     return engine
+
+
+def check_tracking(uri: str | None, field: str) -> None:
+    """An MLflow tracking URI that can work: an http(s) server, or a database (checked as a study's
+    storage is). A folder would be MLflow's file store, which MLflow no longer develops and which fails
+    with its own traceback: say what to give instead. None: the local store under mlruns/."""
+    if uri is None:
+        return
+    scheme = urlsplit(uri).scheme.lower()
+    if scheme in ("http", "https", "databricks"):
+        return
+    if scheme in ("", "file") or len(scheme) == 1:  # a path (a Windows drive letter reads as a scheme)
+        raise ConfigError(f"{field}: '{uri}' is a folder (MLflow's file store); give a database such as "
+                          f"sqlite:///mlruns/mlflow.db, or an http(s):// tracking server")
+    check_storage(uri, field)
 
 
 def _check_env_params_not_fixed(exp: Experiment) -> None:

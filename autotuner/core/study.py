@@ -70,12 +70,29 @@ def make_pruner(name: str, n_levels: int) -> optuna.pruners.BasePruner:
     raise ConfigError(f"unknown pruner '{name}' (pruners: none, ceiling, median, wilcoxon, hyperband)")
 
 
-def check_storage(url: str) -> None:
-    """Fail before anything starts when a SQLite storage's folder does not exist."""
-    if url.startswith("sqlite:///"):
-        path = Path(url.removeprefix("sqlite:///"))
-        if not path.parent.exists():
-            raise ConfigError(f"study.storage: folder {path.parent} does not exist (storage {url})")
+def check_storage(url: str, field: str = "study.storage") -> None:
+    """Fail before anything starts when a database URL cannot work: not a URL, a database SQLAlchemy does
+    not know, a driver that is not installed, or a SQLite file in a folder that does not exist. Opens
+    no connection: a server that is down is found when the study opens."""
+    from sqlalchemy.engine import make_url
+    from sqlalchemy.exc import ArgumentError, NoSuchModuleError
+
+    try:
+        parsed = make_url(url)
+    except (ArgumentError, ValueError):
+        raise ConfigError(f"{field}: '{url}' is not a database URL (e.g. sqlite:///autotuner.db, "
+                          "postgresql://user:password@host/db)") from None
+    try:
+        parsed.get_dialect().import_dbapi()
+    except NoSuchModuleError:
+        raise ConfigError(f"{field}: no database called '{parsed.drivername}' ({url}); use sqlite, "
+                          "postgresql or mysql") from None
+    except ImportError as e:
+        raise ConfigError(f"{field}: the {parsed.drivername} driver is not installed ({e})") from None
+    if parsed.get_backend_name() == "sqlite" and parsed.database not in (None, "", ":memory:"):
+        folder = Path(parsed.database).parent
+        if not folder.exists():
+            raise ConfigError(f"{field}: folder {folder} does not exist ({url})")
 
 
 def open_study(cfg: ExperimentConfig, n_levels: int) -> optuna.Study:

@@ -1,5 +1,6 @@
 """An experiment or search-space file that cannot be read as text, or an experiment that names something
-that does not exist, is one line naming the file (and field), exit code 2, before anything starts."""
+that does not exist or cannot work, is one line naming the file (and field), exit code 2, before anything
+starts: a first run with a wrong input leaves the folder as it was (no results/, no mlruns/)."""
 
 from __future__ import annotations
 
@@ -12,7 +13,7 @@ EXPERIMENT = "name: x\nengine: llamacpp\nmodel: {path: m.gguf}\nsearch_space: s.
 GGUF_BYTES = b"GGUF\x03\x00\x00\x00\x00\x00\x00\x00\xff\xfe\x00\x01"
 
 
-def _run(tmp_path, experiment: bytes | str | None, space: bytes | str | None = SPACE):
+def _run(tmp_path, experiment: bytes | str | None, space: bytes | str | None = SPACE, *args: str):
     (tmp_path / "m.gguf").write_bytes(b"")
     for name, content in (("exp.yaml", experiment), ("s.yaml", space)):
         if isinstance(content, bytes):
@@ -22,7 +23,7 @@ def _run(tmp_path, experiment: bytes | str | None, space: bytes | str | None = S
         else:
             (tmp_path / name).mkdir()
     before = set(tmp_path.iterdir())
-    out = autotuner("run", "--experiment", "exp.yaml", "--trials", "1", cwd=tmp_path)
+    out = autotuner("run", "--experiment", "exp.yaml", "--trials", "1", *args, cwd=tmp_path)
     assert out.returncode == 2, out.stderr
     lines = out.stderr.strip().splitlines()
     assert len(lines) == 1, out.stderr  # one line, no traceback
@@ -49,3 +50,18 @@ def test_an_objective_metric_that_is_not_measured_is_refused_before_any_launch(t
     assert line.startswith("error: exp.yaml: field 'objective.")
     assert "'bogus_metric' is not a metric the load generator measures (metrics: completed," in line
     assert "output_tok_per_s" in line and "ttft_ms_p99" in line
+
+
+@pytest.mark.parametrize("section, args, expected", [
+    ("study: {storage: 'notadb://x'}\n", (), "error: exp.yaml: field 'study.storage': no database called 'notadb'"),
+    ("study: {storage: 'sqlite:///no/such/folder/s.db'}\n", (),
+     "error: exp.yaml: field 'study.storage': folder no/such/folder does not exist"),
+    ("study: {storage: 'not a url'}\n", (), "field 'study.storage': 'not a url' is not a database URL"),
+    ("tracking: {uri: runs}\n", (), "error: exp.yaml: field 'tracking.uri': 'runs' is a folder (MLflow's file store)"),
+    ("tracking: {uri: 'notadb://y'}\n", (), "error: exp.yaml: field 'tracking.uri': no database called 'notadb'"),
+    ("", ("--tracking-uri", "file:///tmp/runs"), "error: --tracking-uri: 'file:///tmp/runs' is a folder"),
+    ("", ("--storage", "notadb://z"), "field 'study.storage': no database called 'notadb'"),
+])
+def test_a_storage_or_tracking_uri_that_cannot_work_is_one_line_and_writes_nothing(tmp_path, section, args, expected):
+    line = _run(tmp_path, EXPERIMENT + section, SPACE, *args)
+    assert expected in line, line

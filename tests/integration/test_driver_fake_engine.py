@@ -8,6 +8,7 @@ import re
 
 import pytest
 
+from autotuner.core import asking
 from autotuner.core.progress import Progress
 from tests.support import (
     WORK,
@@ -96,8 +97,8 @@ def test_a_config_another_worker_is_measuring_now_is_a_re_proposal_too(tmp_path)
     space, body = "  capacity: {type: categorical, choices: [8, 16]}\n", WORK + "load: {max_concurrency: [2]}\n"
     first, _ = worker(tmp_path, space, body, ", baseline: false")
     second, _ = worker(tmp_path, space, body, ", baseline: false")  # the same seed: the same first proposal
-    running, params = first._ask_new(Progress(2, "output_tok_per_s"))  # RUNNING: its worker measures it
-    trial, other = second._ask_new(Progress(2, "output_tok_per_s"))
+    running, params = asking.ask_new(first, Progress(2, "output_tok_per_s"))  # RUNNING: its worker measures it
+    trial, other = asking.ask_new(second, Progress(2, "output_tok_per_s"))
     assert other != params
     [ghost] = [t for t in second.study.get_trials() if t.user_attrs.get("duplicate_of") is not None]
     assert ghost.params == params and ghost.user_attrs["duplicate_of"] == running.number

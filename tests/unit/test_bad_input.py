@@ -66,7 +66,10 @@ CASES = {
     "missing-model-file": (EXP.replace("m.gguf", "gone.gguf"), SPACE,
                            "{exp}: field 'model.path': not found: {dir}/gone.gguf (scripts/setup.sh makes the quickstart model, scripts/setup-vllm.sh the vLLM one)"),
     "storage-folder-missing": (EXP + "study: {storage: 'sqlite:///no/such/dir/s.db'}\n", SPACE,
-                               "study.storage: folder no/such/dir does not exist (storage sqlite:///no/such/dir/s.db)"),
+                               "{exp}: field 'study.storage': folder no/such/dir does not exist (sqlite:///no/such/dir/s.db)"),
+    "storage-unknown-database": (EXP + "study: {storage: 'notadb://x'}\n", SPACE,
+                                 "{exp}: field 'study.storage': no database called 'notadb' (notadb://x); use "
+                                 "sqlite, postgresql or mysql"),
     "secret-not-set": (EXP + "secret_env: [AUTOTUNER_TEST_UNSET_TOKEN]\n", SPACE,
                        "{exp}: field 'secret_env': AUTOTUNER_TEST_UNSET_TOKEN is not set in the environment"),
     "enqueue-unknown-param": (EXP + "enqueue: [{threads: 2}]\n", SPACE,
