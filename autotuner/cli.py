@@ -467,15 +467,19 @@ def transfer(
                                  help="Where the launches' folders and transfer.json go."),
 ) -> None:
     """Does the winner still win on other traffic? It and the engine defaults, interleaved, on other workloads."""
-    from autotuner import report as rep
     from autotuner.config import ConfigError
     from autotuner.core import transfer as tr
+    from autotuner.core.study import best_trial, best_tuned
 
     optuna_study, exp = _study_for_reading(experiment, storage, study)
-    summary = rep.summarize(optuna_study, exp.config.objective.metric, top_k=1, importances=False)
-    pick = summary.contender or summary.best  # defaults kept: what the best tuned config does elsewhere
-    if pick is None or pick.baseline:
+    pick = best_tuned(optuna_study)  # the defaults kept: still, what does the best tuned config do elsewhere?
+    if pick is None:
         _fail(f"study '{optuna_study.study_name}' has no tuned configuration that completed: nothing to transfer")
+        return
+    winner = best_trial(optuna_study)
+    if winner is not None and winner.number != pick.number:
+        typer.echo(f"the study keeps the engine defaults (trial #{winner.number}); transferring its best tuned "
+                   f"configuration, trial #{pick.number}", err=True)
     try:
         lines, written = tr.run(exp, to, pick.number, pick.params, repeats=repeats,
                                 workdir=results / optuna_study.study_name)

@@ -163,11 +163,26 @@ def best_trial(study: optuna.Study) -> optuna.trial.FrozenTrial | None:
     """The winner's trial (`verdict`), or None when no trial has completed yet. Multi-objective: the
     member of the Pareto front best on the first metric (the one that also picks each trial's level)."""
     if len(study.directions) > 1:
-        sign = 1 if study.directions[0] == optuna.study.StudyDirection.MAXIMIZE else -1
-        front = [t for t in study.best_trials if record.view(t).counted]
-        return max(front, key=lambda t: sign * t.values[0], default=None)
+        return _front_best(study)
     v = verdict(study)
     return study.trials[v.winner.number] if v.winner is not None else None
+
+
+def best_tuned(study: optuna.Study) -> optuna.trial.FrozenTrial | None:
+    """The best tuned configuration's trial: the winner, or, where the engine defaults are kept (measured
+    best, or a gain within the noise), the tuned config the verdict ranks highest; a config that failed a
+    confirmation launch is passed over. None when no tuned config completed."""
+    if len(study.directions) > 1:
+        return _front_best(study, tuned=True)
+    v = verdict(study)
+    pick = next((c for c in v.ranking if not c.baseline and c.number not in v.flaky), None)
+    return study.trials[pick.number] if pick is not None else None
+
+
+def _front_best(study: optuna.Study, tuned: bool = False) -> optuna.trial.FrozenTrial | None:
+    sign = 1 if study.directions[0] == optuna.study.StudyDirection.MAXIMIZE else -1
+    front = [t for t in study.best_trials if record.view(t).counted and not (tuned and t.user_attrs.get("baseline"))]
+    return max(front, key=lambda t: sign * t.values[0], default=None)
 
 
 def primary_value(trial: optuna.trial.FrozenTrial) -> float | None:

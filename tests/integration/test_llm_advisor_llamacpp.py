@@ -53,8 +53,10 @@ def test_every_proposal_of_a_schema_bound_model_is_valid(advisor_url):
 def test_a_study_launches_the_models_proposals_tagged_with_its_name(advisor_url, tmp_path):
     model = tmp_path / "model.bin"
     model.write_bytes(b"fake")
+    # capacity from 2: every config of the space serves concurrency 2 (one slot answers the second request
+    # 503, a failed trial), so a proposal fails only if the plumbing does
     (tmp_path / "s.yaml").write_text("engine: fake\nparams:\n  itl_ms: {type: categorical, choices: [2, 5, 20]}\n"
-                                     "  capacity: {type: int, low: 1, high: 64}\n")
+                                     "  capacity: {type: int, low: 2, high: 64}\n")
     (tmp_path / "exp.yaml").write_text(
         f"name: llm\nengine: fake\nmodel: {{path: {model}, name: m}}\nsearch_space: s.yaml\n"
         f"study: {{storage: 'sqlite:///{tmp_path}/s.db', seed: 0}}\n"
@@ -70,7 +72,8 @@ def test_a_study_launches_the_models_proposals_tagged_with_its_name(advisor_url,
     trials = driver.run(3).get_trials()
     by_llm = [t for t in trials if t.user_attrs.get("proposed_by") == "llm"]
     assert by_llm, out.getvalue()[-3000:]
-    assert all(t.state.name == "COMPLETE" and t.user_attrs["reason"] for t in by_llm)
+    assert all(t.state.name == "COMPLETE" and t.user_attrs["reason"] for t in by_llm), \
+        [(t.number, t.state.name, t.user_attrs.get("failure_reason"), t.user_attrs.get("levels")) for t in by_llm]
     client = MlflowClient(tracker.uri)
     exp_id = client.get_experiment_by_name("llm").experiment_id
     runs = client.search_runs([exp_id], "tags.`autotuner.proposed_by` = 'llm'")

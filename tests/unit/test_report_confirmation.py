@@ -10,7 +10,7 @@ import pytest
 from optuna.distributions import IntDistribution
 
 from autotuner import report
-from autotuner.core.study import best_trial, verdict
+from autotuner.core.study import best_trial, best_tuned, verdict
 from autotuner.report import summarize
 
 
@@ -67,6 +67,18 @@ def test_every_reader_names_the_same_winner():
     study = study_with(NIGHT, confirmation={"0": [100.0, 100.0], "1": [120.0, 118.0], "2": [149.0, 152.0]})
     v = verdict(study)
     assert v.winner.number == best_trial(study).number == summarize(study, "output_tok_per_s").best.number == 2
+
+
+def test_the_best_tuned_config_is_the_winner_or_the_best_the_defaults_kept_out():
+    won = study_with(NIGHT, confirmation={"0": [100.0, 100.0], "1": [120.0, 118.0], "2": [149.0, 152.0]})
+    assert best_tuned(won).number == best_trial(won).number == 2
+    # the defaults measured best, once each (no round): the best tuned config is still there to transfer
+    kept = study_with([(890.0, True, {}), (848.0, False, {"parallel": 2}), (700.0, False, {"parallel": 1})])
+    assert best_trial(kept).number == 0 and best_tuned(kept).number == 1
+    # a round where the best median failed a launch: it is flaky, the next tuned config stands in
+    flaky = study_with(NIGHT, confirmation={"0": [170.0, 171.0], "1": [200.0, None], "2": [140.0, 141.0]})
+    assert best_trial(flaky).number == 0 and best_tuned(flaky).number == 2
+    assert best_tuned(study_with([(100.0, True, {})])) is None
 
 
 def test_the_row_shows_the_level_the_trial_was_scored_by_not_the_fastest():
