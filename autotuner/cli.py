@@ -113,8 +113,8 @@ def run(
 
     from autotuner import report
 
-    # Piped into a log, rich would wrap the table at 80 columns; a log has room for the whole command.
-    console = Console(width=None if sys.stdout.isatty() else 200)
+    # Piped into a log, rich would wrap the table at 80 columns: the view's own width (commands never wrap).
+    console = Console(width=None if sys.stdout.isatty() else report.WIDTH)
     interrupted = ("\nInterrupted: the engine is stopped and every finished trial is saved. "
                    "Run the same command to resume.")
     if parallel > 1 and worker is None:

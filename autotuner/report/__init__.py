@@ -8,7 +8,7 @@ markdown.py: report.md; console.py: the end-of-run view. The reasoning lives in 
 binding limit) and diagnosis.py (plateau, convergence).
 """
 
-from autotuner.report.console import render
+from autotuner.report.console import WIDTH, render
 from autotuner.report.markdown import _packing_text, to_markdown
 from autotuner.report.summary import (
     StudySummary,
@@ -26,6 +26,7 @@ from autotuner.report.summary import (
 )
 
 __all__ = [
+    "WIDTH",
     "StudySummary",
     "TrialRow",
     "WrongAnswers",

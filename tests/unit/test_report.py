@@ -8,6 +8,7 @@ import optuna
 import pytest
 from optuna.distributions import CategoricalDistribution, IntDistribution
 from optuna.trial import TrialState, create_trial
+from rich.console import Console
 
 from autotuner import report
 from autotuner.engines._base import get_engine
@@ -137,3 +138,27 @@ def test_a_baseline_without_a_value_is_explained_in_the_verdict():
     assert s.gain is None
     assert ("(the baseline has no value: trial #0 FAIL slo-violated: ttft_ms_p99 6,100 > 5,000 at every level)"
             in report.verdict_line(s))
+
+
+def test_the_closing_view_fits_120_columns_with_every_config_whole():
+    s = night()
+    s.add_trial(complete(810.0, {"parallel": 32, "flash_attn": "on"}, [lvl(8, 610), lvl(32, 810, running=30)],
+                         quality={"quality_token_agreement": 0.97, "quality_logprob_delta": 0.004}))
+    s.set_user_attr("confirmation", {"0": [401.0, 399.0, 400.0], "3": [801.0, 799.0, 802.0],
+                                     "2": [779.0, 781.0, 778.0]})
+    summary = report.summarize(s, "output_tok_per_s")
+    console = Console(record=True, width=report.WIDTH)
+    engine = get_engine("llamacpp")
+    report.render(summary, engine, "llama-server -m model.gguf --port 8080 -np 32 -fa on", console)
+    lines = console.export_text().splitlines()
+    table = lines[:lines.index(next(line for line in lines if line.startswith("  #")))]
+    assert max(len(line.rstrip()) for line in table) <= report.WIDTH and "…" not in "\n".join(table)
+    header = next(line for line in table if line.lstrip().startswith("trial"))
+    assert header.split() == ["trial", "output_tok_per_s", "range", "ttft_ms_p99", "tpot_ms_p99", "e2e_ms_p99",
+                              "quality"]
+    # each config whole on a line of its own, after the table, in the table's order
+    configs = [line for line in lines if line.startswith("  #")]
+    assert configs == [f"  #{row.number}  {report.config_text(row, engine)}" for row in summary.top]
+    assert f"  #{summary.best.number}  -np 32 -fa on" in configs
+    verdict = next(line for line in lines if line.startswith("Best: trial"))
+    assert verdict == report.verdict_line(summary)  # one line, never wrapped
