@@ -16,11 +16,15 @@ from autotuner.config.workload import WorkloadConfig
 
 
 class ModelConfig(_Strict):
+    """The model the engine serves."""
+
     path: Path = Field(description="Model file or folder, relative to the experiment file.")
     name: str = Field("model", min_length=1, description="Name the server announces (served model name).")
 
 
 class HardwareConfig(_Strict):
+    """What the engine may use of this machine."""
+
     gpus: int = Field(0, ge=0, description="GPUs the engine may use.")
     cpus: int | None = Field(None, gt=0, description="CPU cores the engine may use (default: all).")
     gpu_system: str | None = Field(
@@ -58,8 +62,11 @@ class LoadConfig(_Strict):
     """Load levels applied within one launch: a list, lowest first, or a search for the highest load
     that meets the SLO."""
 
-    max_concurrency: list[int] | None = Field(None, min_length=1)
-    request_rate: list[float] | None = Field(None, min_length=1)
+    max_concurrency: list[int] | None = Field(
+        None, min_length=1, description="Levels of requests in flight at once, lowest first (a closed loop).")
+    request_rate: list[float] | None = Field(
+        None, min_length=1, description="Levels of requests sent per second, lowest first (an open schedule, "
+                                        "see arrival).")
     speedup: list[float] | None = Field(
         None, min_length=1, description="A trace workload replayed on its own timestamps, this many times faster "
                                         "(1: as recorded).")
@@ -136,7 +143,7 @@ class ObjectiveConfig(_Strict):
     level each trial is scored by, and every metric is read at that level."""
 
     metric: str = Field("output_tok_per_s", description="LevelResult metric to optimize (best level).")
-    direction: Literal["maximize", "minimize"] = "maximize"
+    direction: Literal["maximize", "minimize"] = Field("maximize", description="Whether more of metric is better.")
     metrics: list[str] | None = Field(
         None, min_length=2, description="Metrics optimized together (multi-objective; the first picks the level).")
     directions: list[Literal["maximize", "minimize"]] | None = Field(None, description="One per metric.")
@@ -223,13 +230,16 @@ class ObjectiveConfig(_Strict):
 
 
 class StudyConfig(_Strict):
+    """The Optuna study: where it is stored, how it samples and prunes."""
+
     name: str | None = Field(None, description="Optuna study name (default: the experiment's name).")
     storage: str = Field("sqlite:///autotuner.db", description="Optuna storage URL.")
-    sampler: Literal["tpe", "random", "gp", "nsga2"] = "tpe"
+    sampler: Literal["tpe", "random", "gp", "nsga2"] = Field(
+        "tpe", description="Optuna's sampler for the trials no advisor proposed (nsga2 for several metrics).")
     pruner: Literal["none", "ceiling", "median", "wilcoxon", "hyperband"] = Field(
         "none", description="Stop a trial early: ceiling (only when it can no longer beat the best), or one of "
         "Optuna's (median, wilcoxon, hyperband: they compare the same ceilings step by step).")
-    seed: int | None = 0
+    seed: int | None = Field(0, description="The sampler's seed (none: a different sequence each run).")
     baseline: bool = Field(True, description="Run the engine's defaults as the first trial.")
 
 
@@ -276,12 +286,14 @@ class LlmAdvisorConfig(_Strict):
                             "response_format and llama-server's json_schema.")
     proposals: int = Field(3, ge=1, le=10, description="Proposals asked for each time the queue is empty.")
     timeout_s: float = Field(120.0, gt=0, description="An answer slower than this is ignored (the study goes on).")
-    temperature: float = Field(0.7, ge=0, le=2)
-    max_tokens: int = Field(1024, gt=0)
+    temperature: float = Field(0.7, ge=0, le=2, description="Sampling temperature of the answer.")
+    max_tokens: int = Field(1024, gt=0, description="Longest answer, in tokens (a cut answer proposes nothing).")
 
 
 class LlmAdvisorEntry(_Strict):
-    llm: LlmAdvisorConfig
+    """An advisor with settings of its own, written as a mapping in the advisors list."""
+
+    llm: LlmAdvisorConfig = Field(description="A language model that proposes configs (see advisors.llm).")
 
 
 # A name, or a mapping for a configured advisor: errors then speak of the one the entry is meant to be.
@@ -307,6 +319,8 @@ class QualityConfig(_Strict):
 
 
 class TrackingConfig(_Strict):
+    """Where MLflow records each trial as a run."""
+
     uri: str | None = Field(None, description="MLflow tracking URI (default: a local store under mlruns/).")
 
 
@@ -365,9 +379,13 @@ class KernelsConfig(_Strict):
 
 
 class ExperimentConfig(_Strict):
-    name: str = Field(min_length=1, pattern=r"^[A-Za-z0-9][A-Za-z0-9._-]*$")
-    engine: str
-    launcher: Literal["process", "docker"] = "process"
+    """One experiment: the engine and model, the traffic and load, what is optimized, and how the study runs."""
+
+    name: str = Field(min_length=1, pattern=r"^[A-Za-z0-9][A-Za-z0-9._-]*$",
+                      description="The study's name in Optuna and MLflow, and its folder under results/.")
+    engine: str = Field(description="The engine adapter: llamacpp, vllm or sglang.")
+    launcher: Literal["process", "docker"] = Field(
+        "process", description="Run the engine as a local process or in a container (see docker).")
     docker: DockerConfig | None = Field(None, description="Container settings, for `launcher: docker`.")
     model: ModelConfig
     hardware: HardwareConfig = HardwareConfig()

@@ -21,11 +21,13 @@ class _Param(_Strict):
 
 
 class IntParam(_Param):
-    type: Literal["int"]
-    low: int
-    high: int
-    step: int = Field(1, gt=0)
-    log: bool = False
+    """An integer in [low, high]."""
+
+    type: Literal["int"] = Field(description="The kind of param.")
+    low: int = Field(description="The smallest value.")
+    high: int = Field(description="The largest value.")
+    step: int = Field(1, gt=0, description="Values are low + k * step.")
+    log: bool = Field(False, description="Sample on a log scale (for ranges over orders of magnitude).")
 
     @model_validator(mode="after")
     def _range(self) -> IntParam:
@@ -34,11 +36,13 @@ class IntParam(_Param):
 
 
 class FloatParam(_Param):
-    type: Literal["float"]
-    low: float
-    high: float
-    step: float | None = Field(None, gt=0)
-    log: bool = False
+    """A number in [low, high]."""
+
+    type: Literal["float"] = Field(description="The kind of param.")
+    low: float = Field(description="The smallest value.")
+    high: float = Field(description="The largest value.")
+    step: float | None = Field(None, gt=0, description="Values are low + k * step (none: continuous).")
+    log: bool = Field(False, description="Sample on a log scale.")
 
     @model_validator(mode="after")
     def _range(self) -> FloatParam:
@@ -50,8 +54,10 @@ Choice = bool | int | float | str
 
 
 class CategoricalParam(_Param):
-    type: Literal["categorical"]
-    choices: list[Choice] = Field(min_length=1)
+    """One of a list of values."""
+
+    type: Literal["categorical"] = Field(description="The kind of param.")
+    choices: list[Choice] = Field(min_length=1, description="The values (numbers, strings, true/false).")
 
     @field_validator("choices")
     @classmethod
@@ -62,7 +68,9 @@ class CategoricalParam(_Param):
 
 
 class BoolParam(_Param):
-    type: Literal["bool"]
+    """true or false (a switch flag)."""
+
+    type: Literal["bool"] = Field(description="The kind of param.")
 
 
 ParamSpec = Annotated[IntParam | FloatParam | CategoricalParam | BoolParam, Field(discriminator="type")]
@@ -79,7 +87,8 @@ class SearchSpaceConfig(_Strict):
     """What the study may change: engine params by the adapter's names, and rules between them."""
 
     engine: str = Field(description="The engine these params belong to (llamacpp, vllm, sglang).")
-    params: dict[str, ParamSpec] = Field(min_length=1)
+    params: dict[str, ParamSpec] = Field(
+        min_length=1, description="Each param by the adapter's name: its type and range (see the param types).")
     constraints: list[str] = Field(
         default_factory=list, description="Expressions that every launched config must satisfy."
     )

@@ -32,9 +32,9 @@ class LengthsConfig(_Strict):
         "fixed", description="fixed (mean), uniform (min..max), normal (mean, stddev), lognormal (mean is the "
                              "median, stddev that of the log, e.g. 0.6).")
     mean: float | None = Field(None, ge=1, description="The value (fixed), the mean (normal), the median (lognormal).")
-    stddev: float = Field(0.0, ge=0)
+    stddev: float = Field(0.0, ge=0, description="The spread: of the values (normal), of their log (lognormal).")
     min: int = Field(1, ge=1, description="Every draw is clamped to [min, max].")
-    max: int | None = Field(None, ge=1)
+    max: int | None = Field(None, ge=1, description="The upper clamp (uniform: the upper end).")
 
     @model_validator(mode="after")
     def _complete(self) -> LengthsConfig:
@@ -55,6 +55,8 @@ def _lengths(value: int | LengthsConfig) -> Lengths:
 
 
 class SamplingConfig(_Strict):
+    """The sampling parameters every request carries."""
+
     temperature: float = Field(0.0, ge=0, description="Sent with every request (0: greedy).")
     top_p: float | None = Field(None, gt=0, le=1, description="Sent when set.")
     ignore_eos: bool = Field(True, description="Ask for exactly the output length (the server never stops "
@@ -62,6 +64,8 @@ class SamplingConfig(_Strict):
 
 
 class DatasetConfig(_Strict):
+    """Prompts (and output lengths) from a file of the user's."""
+
     path: Path = Field(description="ShareGPT JSON (or JSONL) or JSONL of prompts, relative to the experiment file.")
     format: Literal["sharegpt", "jsonl"] = Field(
         description="sharegpt: conversations of from/value (first human turn, its answer's length); jsonl: "
@@ -70,9 +74,11 @@ class DatasetConfig(_Strict):
 
 
 class TraceConfig(_Strict):
+    """Requests replayed from a trace: their lengths, shared prefix blocks and arrival times."""
+
     path: Path = Field(description="Mooncake-format JSONL (timestamp ms, input_length, output_length, hash_ids), "
                                    "relative to the experiment file.")
-    format: Literal["mooncake"] = "mooncake"
+    format: Literal["mooncake"] = Field("mooncake", description="The trace's format.")
     block_size: int = Field(BLOCK_SIZE, gt=0, description="Tokens per hash_ids block.")
     start_s: float = Field(0.0, ge=0, description="The window replayed starts this long after the trace's first "
                                                   "request.")
@@ -89,7 +95,11 @@ class SessionsConfig(_Strict):
 
 
 class WorkloadConfig(_Strict):
-    endpoint: Literal["completions", "chat"] = "completions"
+    """What the load generator sends: synthetic prompts, a dataset, a trace, or multi-turn sessions."""
+
+    endpoint: Literal["completions", "chat"] = Field(
+        "completions", description="The OpenAI-compatible endpoint requests go to (/v1/completions or "
+                                   "/v1/chat/completions).")
     num_prompts: int | None = Field(None, gt=0, description="Measured requests per load level, the most it sends "
                                                             "(default 64; a trace: its window's requests).")
     duration_s: float | None = Field(
@@ -114,7 +124,7 @@ class WorkloadConfig(_Strict):
                              "prefix reuse on purpose, the same for every config (0: none).")
     prefix_groups: int = Field(1, ge=1, description="Distinct shared prefixes (e.g. system prompts); each request "
                                                     "draws one.")
-    sampling: SamplingConfig = SamplingConfig()
+    sampling: SamplingConfig = Field(SamplingConfig(), description="Sampling parameters sent with every request.")
     tokenize: bool = Field(True, description="Make prompts of words that are one token each on the served model "
                                              "(asked of its tokenize endpoint), so lengths are exact in its tokens.")
     dataset: DatasetConfig | None = Field(None, description="Prompts from a dataset file instead of synthetic ones.")
