@@ -18,7 +18,8 @@ can be compared with what users already know:
   NaN when the window is under a quarter of the level (all requests sent at once: no steady state).
 - The client's own load (`client_cpu`, `client_lag_ms_*`): the CPU the load generator's busiest process
   used over the measured phase (1.0 = one core), and how late its event loop woke from a short sleep.
-  A loop that is late delays every timestamp it takes; a process at a full core is the client's limit.
+  A loop that is late delays every timestamp it takes; a process at a full core, or a loop late past
+  CLIENT_LAG_MS at p99, is the client's limit (`client_limited`).
 - usage_missing_rate = share of completed requests whose stream carried no `usage`: their output tokens
   are counted content chunks (a chunk may carry several tokens), so token figures may be too low.
 - Goodput (`goodput`) = completed requests that meet every per-request SLO / duration, as
@@ -45,7 +46,9 @@ MAX_ERROR_SAMPLES = 5  # distinct error messages a LevelResult keeps (with their
 # On an open schedule (a rate or a trace, no concurrency limit) a request leaves late only when the
 # client's event loop falls behind: past this p99 lateness the level measured the load generator. One
 # core keeps a 50 req/s replay within 1.3 ms at p99 (benchmarks/traffic_loadgen.py): 200 ms is a client
-# far past its capacity, not a busy machine.
+# far past its capacity, not a busy machine. The same bound holds for the loop's own wake-ups at any
+# level: a loop 200 ms late (p99) stamps every token that late, whether its own work or other
+# processes taking its core (the quickstart's loop, beside a 2-thread engine on 2 cores: ~4 ms).
 CLIENT_LAG_MS = 200.0
 CLIENT_LIMITED = "client_limited"
 # A load generator loop busy this share of a core or more was saturated: its loop, not the server,
@@ -233,9 +236,13 @@ class LevelResult:
     @property
     def client_limited(self) -> bool:
         """The client, not the server, set the pace: a load-generator event loop used a full core (see
-        CLIENT_CPU_LIMIT), or requests of an open schedule left late (see CLIENT_LAG_MS). Under a
-        concurrency limit, waiting for a free slot is the server's doing and counts as queue time."""
-        return self.client_cpu >= CLIENT_CPU_LIMIT or self.late_schedule
+        CLIENT_CPU_LIMIT), woke late, or let requests of an open schedule leave late (see CLIENT_LAG_MS).
+        Under a concurrency limit, waiting for a free slot is the server's doing and counts as queue time."""
+        return self.client_cpu >= CLIENT_CPU_LIMIT or self.late_loop or self.late_schedule
+
+    @property
+    def late_loop(self) -> bool:
+        return self.client_lag_ms.count > 0 and self.client_lag_ms.p99 > CLIENT_LAG_MS
 
     @property
     def late_schedule(self) -> bool:
@@ -272,6 +279,9 @@ def client_limit_note(metrics: Mapping[str, float]) -> str | None:
     if metrics.get("client_cpu", 0.0) >= CLIENT_CPU_LIMIT:
         return (f"the load generator's event loop used {metrics['client_cpu']:.0%} of a core: it, not the server, "
                 "limited the level (raise load.workers)")
+    if metrics.get("client_lag_ms_p99", 0.0) > CLIENT_LAG_MS:
+        return (f"the load generator's event loop woke {metrics['client_lag_ms_p99']:.0f} ms late (p99): it, not "
+                "the server, limited the level (raise load.workers, or leave the client a core of its own)")
     return (f"the load generator sent requests {metrics.get('queue_ms_p99', math.nan):.0f} ms late (p99) on an open "
             "schedule: it, not the server, limited the level (raise load.workers)")
 

@@ -108,16 +108,18 @@ def test_engine_killed_mid_measurement_is_crashed_mid_run(tmp_path, tiny_model, 
     def kill_engine_when_measuring():
         import httpx
 
-        for _ in range(600):
+        for _ in range(1200):  # a minute at most
             for pid in servers_of(model):
                 argv = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
                 port = int(argv[argv.index(b"--port") + 1])
-                try:
-                    ready = httpx.get(f"http://127.0.0.1:{port}/health", timeout=1).status_code == 200
+                try:  # serving the load: llama-server counts the requests in its slots
+                    metrics = httpx.get(f"http://127.0.0.1:{port}/metrics", timeout=1).text
+                    busy = any(line.startswith("llamacpp:requests_processing") and float(line.split()[-1]) > 0
+                               for line in metrics.splitlines())
                 except httpx.TransportError:
-                    ready = False
-                if ready:
-                    time.sleep(1.5)  # well into the measurement
+                    busy = False
+                if busy:
+                    time.sleep(1.0)  # past the warm-up's few requests, into the measurement
                     os.kill(pid, signal.SIGKILL)
                     return
             time.sleep(0.05)

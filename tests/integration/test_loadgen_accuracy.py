@@ -19,6 +19,7 @@ import httpx
 import pytest
 
 from autotuner.bench.client import RequestRecord, make_client, stream_request
+from autotuner.bench.metrics import CLIENT_CPU_LIMIT, CLIENT_LAG_MS, client_limit_note
 from autotuner.bench.runner import format_level, run_level, run_level_sync
 from autotuner.bench.transport import _ChunkedDecoder
 from autotuner.workloads.synthetic import Workload, build_payloads
@@ -411,8 +412,9 @@ def test_a_level_reports_its_own_client_load_and_is_not_limited_when_idle() -> N
 
 
 def test_a_load_generator_that_burns_its_core_marks_the_level_it_limited() -> None:
-    """Another task on the client's loop spins the CPU: the loop wakes late and the process runs at a full
-    core, so the level is marked client-limited and the objective refuses it, with the reason."""
+    """Another task on the client's loop holds it 250 ms at a time: the loop wakes late and runs at a full
+    core (less where other processes take the core: it then wakes later still), so the level is marked
+    client-limited and the objective refuses it, with the reason."""
     workload = Workload(num_prompts=20, input_len=8, output_len=8)
 
     async def level_beside_a_busy_loop(url: str) -> Any:
@@ -421,7 +423,7 @@ def test_a_load_generator_that_burns_its_core_marks_the_level_it_limited() -> No
         async def spin() -> None:
             while not done.is_set():
                 t = time.perf_counter()
-                while time.perf_counter() - t < 0.03:  # hold the loop 30 ms at a time
+                while time.perf_counter() - t < 0.25:  # hold the loop 250 ms at a time
                     pass
                 await asyncio.sleep(0)
 
@@ -434,9 +436,12 @@ def test_a_load_generator_that_burns_its_core_marks_the_level_it_limited() -> No
 
     with FakeOpenAIServer(FakeServerConfig(ttft_s=0.02, itl_s=0.01)) as server:
         result, _ = run(level_beside_a_busy_loop(server.base_url))
-    assert result.client_cpu >= 0.9 and result.client_limited, result.client_cpu
-    assert result.client_lag_ms.p99 >= 20
-    assert "used" in (result.client_note() or "") and "of a core" in (result.client_note() or "")
+    assert result.client_lag_ms.p99 > CLIENT_LAG_MS and result.late_loop and result.client_limited
+    note = result.client_note() or ""
+    assert note.startswith("the load generator's event loop") and "limited the level" in note
+    if result.client_cpu >= CLIENT_CPU_LIMIT:  # the core was the loop's own: the CPU is named first
+        assert "of a core" in note
+    assert client_limit_note(result.metrics()) == note
 
 
 def test_two_workers_report_the_busiest_process() -> None:

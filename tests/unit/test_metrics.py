@@ -255,3 +255,15 @@ def test_a_client_at_a_full_core_limits_the_level_and_says_so() -> None:
                                   "the level (raise load.workers)")
     restored = LevelResult.from_json(busy.to_json())
     assert restored.client_cpu == pytest.approx(0.97) and restored.client_lag_ms.max == pytest.approx(40.0)
+
+
+def test_a_loop_that_wakes_late_limits_the_level_whoever_took_its_core() -> None:
+    """A starved loop (other processes on its core) uses little CPU, yet stamps every token late."""
+    records = [_decoding(0.0, 0.1, 10, 0.1) for _ in range(4)]
+    starved = LevelResult.from_records(records, 1.0, max_concurrency=4, client_cpu=0.25,
+                                       client_lag_ms=[240.0] * 99 + [5.0])
+    busy_machine = LevelResult.from_records(records, 1.0, max_concurrency=4, client_cpu=0.25,
+                                            client_lag_ms=[4.0] * 99 + [150.0])  # one stall is no limit
+    assert starved.client_limited and starved.late_loop and not busy_machine.client_limited
+    assert starved.client_note() == ("the load generator's event loop woke 240 ms late (p99): it, not the server, "
+                                     "limited the level (raise load.workers, or leave the client a core of its own)")
