@@ -314,6 +314,36 @@ def bench(
         raise typer.Exit(1)
 
 
+@app.command()
+def init(
+    engine: str = typer.Option(..., "--engine", help="The engine to tune: llamacpp (vllm and sglang: not yet)."),
+    model: Path = typer.Option(..., "--model", help="The model: a GGUF file for llamacpp."),
+    name: str | None = typer.Option(None, "--name", help="The study's name (default: the model file's)."),
+    output: Path | None = typer.Option(None, "--output", help="The experiment file to write (default: "
+                                       "experiments/NAME.yaml, its space in search_spaces/NAME.yaml)."),
+    gpus: int | None = typer.Option(None, "--gpus", min=0, help="GPUs to plan for (default: those this "
+                                                                "machine shows)."),
+    gpu_type: str | None = typer.Option(None, "--gpu-type", help="Plan for GPUs this machine lacks: h100, "
+                                        "h200, b200, a100-80gb, l40s, rtx-pro-6000, ..."),
+    workload: Path | None = typer.Option(None, "--workload", help="Your traffic: a Mooncake trace (JSONL) or a "
+                                         "ShareGPT / JSONL dataset; its lengths size the context."),
+    force: bool = typer.Option(False, "--force", help="Replace files that exist."),
+) -> None:
+    """Write an experiment and a search space sized from the model's, the machine's and the traffic's facts."""
+    from autotuner import new_experiment
+    from autotuner.config import ConfigError
+
+    try:
+        exp_path, space_path, scaffold = new_experiment.write(engine, model, name=name, experiment=output, gpus=gpus,
+                                                              gpu_type=gpu_type, workload=workload, force=force)
+    except ConfigError as e:
+        _fail(str(e))
+    for line in scaffold.decisions:
+        typer.echo(f"  {line}")
+    typer.echo(f"wrote {exp_path} and {space_path}; tune with:\n"
+               f"  autotuner run --experiment {exp_path} --trials 30")
+
+
 @app.command("make-model")
 def make_model(
     out: Path = typer.Option(Path("models/tiny-llama.gguf"), "--out", help="GGUF file to write."),
