@@ -14,11 +14,9 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Annotated, Any, Literal, Union, get_args, get_origin
 
-import annotated_types as at
 import yaml
 from pydantic import BaseModel
 from pydantic.fields import FieldInfo
-from pydantic_core import PydanticUndefined
 
 from autotuner.config.experiment import ExperimentConfig
 from autotuner.config.params import SearchSpaceConfig
@@ -99,14 +97,15 @@ def _type_text(annotation: Any, names: dict[type[BaseModel], str]) -> str:
 
 
 def _limits(metadata: Any) -> str:
+    # Read by attribute, as pydantic's own constraint objects are shaped (annotated_types' Gt, Ge, MinLen...).
     words = []
     for m in metadata:
-        for kind, sign, bound in ((at.Gt, ">", "gt"), (at.Ge, "≥", "ge"), (at.Lt, "<", "lt"), (at.Le, "≤", "le")):
-            if isinstance(m, kind):
+        for bound, sign in (("gt", ">"), ("ge", "≥"), ("lt", "<"), ("le", "≤")):
+            if getattr(m, bound, None) is not None:
                 words.append(f"{sign} {getattr(m, bound)}")
-        if isinstance(m, at.MinLen) and m.min_length > 1:
+        if (getattr(m, "min_length", None) or 0) > 1:
             words.append(f"at least {m.min_length}")
-        if isinstance(m, at.MaxLen):
+        if getattr(m, "max_length", None) is not None:
             words.append(f"at most {m.max_length}")
         if getattr(m, "pattern", None):
             words.append(f"matching `{m.pattern}`")
@@ -118,7 +117,7 @@ def _limits(metadata: Any) -> str:
 def _default(field: FieldInfo) -> str:
     if field.default_factory is not None:
         value = field.default_factory()  # type: ignore[call-arg]
-    elif field.default is PydanticUndefined:
+    elif field.is_required():
         return "required"
     else:
         value = field.default
