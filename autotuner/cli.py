@@ -32,6 +32,10 @@ def run(
         Path("experiments/quickstart.yaml"), "--experiment", "-e", help="Experiment file (YAML)."
     ),
     trials: int = typer.Option(20, "--trials", "-n", min=1, help="Trials to run in this invocation (more, on resume)."),
+    engine: str | None = typer.Option(None, "--engine", help="With --model: llamacpp, vllm or sglang."),
+    model: Path | None = typer.Option(
+        None, "--model", help="Init and run in one step: `autotuner init` writes experiments/NAME.yaml for this "
+        "model and this machine the first time; later runs resume it (edit it freely)."),
     timeout: float | None = typer.Option(
         None, "--timeout", min=1, help="Stop starting trials after this many seconds."
     ),
@@ -93,6 +97,10 @@ def run(
 
     if advice not in ("auto", "ask", "off"):
         _fail(f"--advice: expected auto, ask or off (got {advice!r})")
+    if model is not None:
+        experiment = _experiment_for(engine, model, dry_run)
+    elif engine is not None:
+        _fail("--engine goes with --model (the experiment file names its engine)")
     try:
         exp = load_experiment(experiment)
         exp = _override(exp, study={"storage": storage, "seed": _worker_seed(exp, seed, worker)},
@@ -369,6 +377,33 @@ def make_model(
     except MissingExtra as e:
         _fail(str(e))
     typer.echo(str(out))
+
+
+def _experiment_for(engine: str | None, model: Path, dry_run: bool) -> Path:
+    """`run --engine E --model PATH`: the experiment `init` wrote for the model, written now the first time
+    (into a scratch folder for a dry run, which writes nothing)."""
+    import tempfile
+
+    from autotuner import new_experiment
+    from autotuner.config import ConfigError
+
+    if engine is None:
+        _fail("--model needs --engine (llamacpp, vllm or sglang)")
+    name = new_experiment.name_for(model)
+    path = Path("experiments") / f"{name}.yaml"
+    if path.exists():
+        typer.echo(f"{path}: the experiment written for {model} earlier (edit it, or delete it to size anew)", err=True)
+        return path
+    target = Path(tempfile.mkdtemp(prefix="autotuner-init-")) / f"{name}.yaml" if dry_run else None
+    try:
+        path, space_path, scaffold = new_experiment.write(str(engine), model, experiment=target)
+    except ConfigError as e:
+        _fail(str(e))
+    for line in scaffold.decisions:
+        typer.echo(f"  {line}", err=True)
+    typer.echo(f"wrote {path} and {space_path}" + (" (a scratch copy: dry run)" if dry_run else
+               f"; the next `autotuner run --engine {engine} --model {model}` resumes this study"), err=True)
+    return path
 
 
 def _study_for_reading(experiment: Path, storage: str | None, study: str | None):

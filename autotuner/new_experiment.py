@@ -7,22 +7,29 @@ Nothing is written when a fact rules the model out or a file already exists (unl
 from __future__ import annotations
 
 import json
+import math
 import os
 from pathlib import Path
 from typing import Literal
 
+from autotuner.bench.metrics import percentile
+from autotuner.config import scaffold_gpu
 from autotuner.config._base import ConfigError
 from autotuner.config.scaffold import SYNTHETIC, InitError, Machine, Scaffold, Traffic, llamacpp
-from autotuner.models.gguf import GgufError, read_gguf
+from autotuner.config.scaffold_gpu import GPU_SYNTHETIC
+from autotuner.models.gguf import GgufError, GgufFacts, read_gguf
+from autotuner.models.hf import HfError, HfFacts, read_hf
 from autotuner.workloads.dataset import read_dataset
 from autotuner.workloads.errors import WorkloadFileError
 from autotuner.workloads.trace import BLOCK_SIZE, Trace, read_trace
 
-# GPUs one may plan for without having them (--gpus N --gpu-type NAME): memory per GPU in GiB
-KNOWN_GPUS = {"a100-40gb": 40.0, "a100-80gb": 80.0, "h100": 79.6, "h200": 139.8, "b200": 179.1, "l4": 22.5,
-              "l40s": 44.7, "rtx-4090": 23.6, "rtx-5090": 31.4, "rtx-pro-6000": 95.6}
+# GPUs one may plan for without having them (--gpus N --gpu-type NAME): memory per GPU in GiB as NVML
+# reports it, and how a server's GPUs of that kind talk (SXM boards: NVLink; PCIe cards: PCIe).
+KNOWN_GPUS = {"a100-40gb": (39.4, "nvlink"), "a100-80gb": (79.3, "nvlink"), "h100": (79.6, "nvlink"),
+              "h200": (139.8, "nvlink"), "b200": (179.1, "nvlink"), "l4": (22.5, "pcie"), "l40s": (44.7, "pcie"),
+              "rtx-4090": (23.6, "pcie"), "rtx-5090": (31.4, "pcie"), "rtx-pro-6000": (95.6, "pcie")}
 CHARS_PER_TOKEN = 4  # a text's length in tokens before any tokenizer is at hand: an estimate, said so
-ENGINES = ("llamacpp",)
+ENGINES = ("llamacpp", "vllm", "sglang")
 
 
 def write(engine: str, model: Path, *, name: str | None = None, experiment: Path | None = None,
@@ -31,15 +38,21 @@ def write(engine: str, model: Path, *, name: str | None = None, experiment: Path
     """Write the experiment and its search space; (experiment file, space file, what was decided).
     ConfigError (one line) for an input that is wrong or rules every config out."""
     if engine not in ENGINES:
-        raise ConfigError(f"--engine {engine}: init sizes llama.cpp (a GGUF file) for now; for vllm and sglang "
-                          "start from experiments/vllm-cpu.yaml or experiments/glm5-nvfp4-8x-rtx-pro-6000.yaml")
-    if not model.is_file():
-        raise ConfigError(f"--model {model}: no such file (llama.cpp serves one GGUF file)")
+        raise ConfigError(f"--engine {engine}: init knows {', '.join(ENGINES)}")
+    on_gpus = engine != "llamacpp"
     try:
-        facts = read_gguf(model)
-    except GgufError as e:
+        if on_gpus:
+            if not model.is_dir():
+                raise ConfigError(f"--model {model}: not a folder ({engine} serves a Hugging Face model folder "
+                                  "with its config.json)")
+            facts: HfFacts | GgufFacts = read_hf(model)
+        else:
+            if not model.is_file():
+                raise ConfigError(f"--model {model}: no such file (llama.cpp serves one GGUF file)")
+            facts = read_gguf(model)
+    except (GgufError, HfError) as e:
         raise ConfigError(f"--model {e}") from None
-    name = name or _name(model)
+    name = name or name_for(model)
     exp_path = experiment or Path("experiments") / f"{name}.yaml"
     space_path = exp_path.parent.parent / "search_spaces" / f"{name}.yaml" if experiment is None \
         else exp_path.with_name(f"{exp_path.stem}-space.yaml")
@@ -47,12 +60,20 @@ def write(engine: str, model: Path, *, name: str | None = None, experiment: Path
     if existing and not force:
         raise ConfigError(f"{existing[0]} exists: pass --force to replace it, or --name for another")
     here = exp_path.parent.resolve()
-    traffic = SYNTHETIC if workload is None else _traffic(workload, here)
+    machine = _machine(gpus, gpu_type)
+    if on_gpus and not machine.gpus:
+        raise ConfigError(f"--engine {engine}: this machine shows no GPU; to plan for GPUs it lacks, pass "
+                          f"--gpus N --gpu-type NAME (one of {', '.join(sorted(KNOWN_GPUS))})")
+    traffic = (GPU_SYNTHETIC if on_gpus else SYNTHETIC) if workload is None else _traffic(workload, here)
+    model_rel, space_rel = _relative(model, here), _relative(space_path, here)
     try:
-        scaffold = llamacpp(name, _relative(model, here), _relative(space_path, here), facts,
-                            _machine(gpus, gpu_type), traffic)
+        if isinstance(facts, HfFacts):
+            make = scaffold_gpu.vllm if engine == "vllm" else scaffold_gpu.sglang
+            scaffold = make(name, model_rel, space_rel, facts, machine, traffic, image=_image(engine))
+        else:
+            scaffold = llamacpp(name, model_rel, space_rel, facts, machine, traffic)
     except InitError as e:
-        raise ConfigError(str(e)) from None
+        raise ConfigError(f"--model {model}: {e}") from None
     exp_path.parent.mkdir(parents=True, exist_ok=True)
     space_path.parent.mkdir(parents=True, exist_ok=True)
     exp_path.write_text(scaffold.experiment)
@@ -70,7 +91,8 @@ def _machine(gpus: int | None, gpu_type: str | None) -> Machine:
     if gpu_type is not None:
         if gpu_type.lower() not in KNOWN_GPUS:
             raise ConfigError(f"--gpu-type {gpu_type}: known are {', '.join(sorted(KNOWN_GPUS))}")
-        return Machine(cpus, memory, gpus or 1, KNOWN_GPUS[gpu_type.lower()], gpu_type.lower())
+        gib, link = KNOWN_GPUS[gpu_type.lower()]
+        return Machine(cpus, memory, gpus or 1, gib, gpu_type.lower(), link)
     if gpus is None:
         gpus = len(seen)
     if gpus == 0:
@@ -79,7 +101,31 @@ def _machine(gpus: int | None, gpu_type: str | None) -> Machine:
         raise ConfigError(f"--gpus {gpus}: this machine shows {len(seen)}; to plan for another, add --gpu-type "
                           f"(one of {', '.join(sorted(KNOWN_GPUS))})")
     return Machine(cpus, memory, gpus, min(float(g.get("memory_gib") or 0.0) for g in seen[:gpus]),
-                   str(seen[0].get("name") or "GPU"))
+                   _known_name(str(seen[0].get("name") or "GPU")), interconnect(fp.get("gpu_topology")))
+
+
+def interconnect(topology: str | None) -> str | None:
+    """"nvlink" when `nvidia-smi topo -m` links every pair of GPUs by NVLink, "pcie" when it shows the
+    matrix otherwise, None when it shows none."""
+    from autotuner.node.gpu_topology import parse_topo_matrix
+
+    topo = parse_topo_matrix(topology or "")
+    if topo is None:
+        return None
+    return "nvlink" if topo.links and all(link.startswith("NV") for link in topo.links.values()) else "pcie"
+
+
+def _known_name(name: str) -> str:
+    """NVML's name ("NVIDIA H100 80GB HBM3") as the table's ("h100"), where one matches; else as it is."""
+    flat = name.lower().replace(" ", "-")
+    return next((k for k in sorted(KNOWN_GPUS, key=len, reverse=True) if k.split("-")[0] in flat
+                 and all(part in flat for part in k.split("-"))), name)
+
+
+def _image(engine: str) -> str:
+    from autotuner.engines import sglang, vllm
+
+    return vllm.DEFAULT_IMAGE if engine == "vllm" else sglang.DEFAULT_IMAGE
 
 
 def _traffic(path: Path, here: Path) -> Traffic:
@@ -137,12 +183,13 @@ def _first_line_has(path: Path, key: str) -> bool:
 
 
 def _p99(values: list[int]) -> int:
-    ordered = sorted(values) or [1]
-    return ordered[min(len(ordered) - 1, int(0.99 * len(ordered)))]
+    return math.ceil(percentile(sorted(values), 99)) if values else 1
 
 
-def _name(model: Path) -> str:
-    stem = "".join(c if c.isalnum() or c in "._-" else "-" for c in model.stem).strip("-._")
+def name_for(model: Path) -> str:
+    """The study's name for a model file or folder: its name, in characters a path and a URL keep."""
+    base = model.name if model.is_dir() else model.stem  # a folder's dots are its name's (llama-3.1-8b)
+    stem = "".join(c if c.isalnum() or c in "._-" else "-" for c in base).strip("-._")
     return stem or "model"
 
 

@@ -14,10 +14,10 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Annotated, Any, Literal, Union, get_args, get_origin
 
-import yaml
 from pydantic import BaseModel
 from pydantic.fields import FieldInfo
 
+from autotuner.config._base import flow_yaml
 from autotuner.config.experiment import ExperimentConfig
 from autotuner.config.params import SearchSpaceConfig
 
@@ -125,20 +125,10 @@ def _default(field: FieldInfo) -> str:
         return "none"
     if isinstance(value, BaseModel):
         changed = value.model_dump(mode="json", exclude_defaults=True)
-        return f"`{_flow(changed)}`" if changed else "its defaults"
+        return f"`{flow_yaml(changed)}`" if changed else "its defaults"
     if isinstance(value, Path):
         value = str(value)
-    return f"`{_flow(value)}`"
-
-
-def _flow(value: Any) -> str:
-    if isinstance(value, bool):
-        return "true" if value else "false"
-    if isinstance(value, (int, float)):
-        return f"{value:g}" if isinstance(value, float) else str(value)
-    if isinstance(value, str):
-        return value if value else '""'
-    return yaml.safe_dump(value, default_flow_style=True, width=10**6).strip()
+    return f"`{flow_yaml(value)}`"
 
 
 def _models(annotation: Any) -> list[type[BaseModel]]:

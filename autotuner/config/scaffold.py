@@ -19,8 +19,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field
 
-import yaml
-
+from autotuner.config._base import flow_yaml
 from autotuner.models.gguf import GgufFacts
 
 RUNTIME_SHARE = 0.10  # of the memory, left to the runtime
@@ -43,10 +42,12 @@ class Machine:
     gpus: int = 0
     gpu_memory_gib: float | None = None  # each GPU's
     gpu_name: str | None = None
+    interconnect: str | None = None  # between the GPUs: "nvlink" or "pcie" (None: unknown, read as PCIe)
 
     def describe(self) -> str:
         if self.gpus:
-            return f"{self.gpus} x {self.gpu_name or 'GPU'} ({self.gpu_memory_gib:g} GiB each), {self.cpus} CPU cores"
+            link = f", {'NVLink' if self.interconnect == 'nvlink' else 'PCIe'}" if self.gpus > 1 else ""
+            return f"{self.gpus} x {self.gpu_name or 'GPU'} ({self.gpu_memory_gib:g} GiB each{link})"
         return f"{self.cpus} CPU cores, {self.memory_gib:.1f} GiB of memory, no GPU"
 
 
@@ -60,6 +61,11 @@ class Traffic:
     what: str = ""
     shares_prefixes: bool = False  # requests repeat earlier prompts' starts (a trace's blocks, sessions)
     load: dict | None = None  # the load section when the traffic brings its own kind (a trace: speedup)
+
+    @property
+    def need(self) -> int:
+        """The context a request takes at most: prompt and output at p99, and a template's few tokens."""
+        return self.input_p99 + self.output_p99 + SLACK_TOKENS
 
 
 SYNTHETIC = Traffic(256, 128, {"endpoint": "completions", "num_prompts": 64, "input_len": 256, "output_len": 128,
@@ -84,11 +90,11 @@ def llamacpp(name: str, model: str, space_file: str, facts: GgufFacts, machine: 
     usable = memory * (1 - RUNTIME_SHARE) - RUNTIME_GIB * GIB
     weights = facts.weight_bytes
     if weights > usable:
-        raise InitError(f"{model}: its weights take {weights / GIB:.1f} GiB; {where} hold {usable / GIB:.1f} GiB "
+        raise InitError(f"its weights take {weights / GIB:.1f} GiB; {where} hold {usable / GIB:.1f} GiB "
                         f"after the runtime's share: no llama-server config can serve it here")
-    need = traffic.input_p99 + traffic.output_p99 + SLACK_TOKENS
+    need = traffic.need
     if facts.context_length and need > facts.context_length:
-        raise InitError(f"{model}: a request of the traffic needs {need} tokens of context (p99 prompt "
+        raise InitError(f"a request of the traffic needs {need} tokens of context (p99 prompt "
                         f"{traffic.input_p99} + output {traffic.output_p99}); the model was trained for "
                         f"{facts.context_length}")
     kv_tokens = int((usable - weights) // max(facts.kv_bytes_per_token, 1))
@@ -105,15 +111,15 @@ def llamacpp(name: str, model: str, space_file: str, facts: GgufFacts, machine: 
                                          if slots == wanted else f"the KV budget holds {fits} requests at f16, "
                                          f"{2 * fits} at q8_0"),
     ]
-    low_ctx = _pow2(max(need, need * slots // 4))
-    high_ctx = min(_pow2(need * slots), _floor_pow2(2 * kv_tokens))
+    low_ctx = pow2(max(need, need * slots // 4))
+    high_ctx = min(pow2(need * slots), floor_pow2(2 * kv_tokens))
     contexts = [c for c in (2**k for k in range(8, 24)) if low_ctx <= c <= high_ctx][-CONTEXT_CHOICES:] or [low_ctx]
     decisions.append(f"context (-c) {', '.join(map(str, contexts))}: from a quarter of the slots' need to all "
                      "of it, within the KV budget")
     levels = sorted({max(1, slots // 4), slots})
     load = traffic.load or {"max_concurrency": levels}
     decisions.append(f"load: concurrency {', '.join(map(str, levels))} (a quarter of the slots, then all)"
-                     if traffic.load is None else f"load: {_flow(traffic.load)} (the traffic's own pace)")
+                     if traffic.load is None else f"load: {flow_yaml(traffic.load)} (the traffic's own pace)")
     params: dict[str, dict] = {
         "parallel": {"type": "int", "low": 1, "high": slots, "log": True},
     }
@@ -148,15 +154,20 @@ def llamacpp(name: str, model: str, space_file: str, facts: GgufFacts, machine: 
         "startup_timeout_s": int(60 + 30 * weights / GIB),
         **({"engine_args": ["-ngl", "999"]} if on_gpu else {}),
     }
-    head = ("# Written by `autotuner init` from the facts below; edit freely (docs/configuration.md has every\n"
-            "# field). Paths are relative to this file.\n" + "".join(f"#   {line}\n" for line in decisions))
     comments = {
         "workload:": "# what each load level sends (docs/traffic.md: datasets, traces, sessions)",
         "objective:": "# the SLO is a guess: set the TTFT your users accept",
         "startup_timeout_s:": "# loading the weights: 60 s and 30 s a GiB",
     }
+    return render(experiment, space, decisions, comments, "llamacpp")
+
+
+def render(experiment: dict, space: dict, decisions: list[str], comments: dict[str, str], engine: str) -> Scaffold:
+    """The two files' text: the experiment headed by the decisions, its sections commented."""
+    head = ("# Written by `autotuner init` from the facts below; edit freely (docs/configuration.md has every\n"
+            "# field). Paths are relative to this file.\n" + "".join(f"#   {line}\n" for line in decisions))
     return Scaffold(head + _yaml(experiment, comments),
-                    "# Written by `autotuner init`: the llamacpp adapter's params, ranges from the facts in the\n"
+                    f"# Written by `autotuner init`: the {engine} adapter's params, ranges from the facts in the\n"
                     "# experiment's header.\n" + _yaml(space, {}), decisions)
 
 
@@ -165,22 +176,17 @@ def _yaml(data: dict, comments: dict[str, str]) -> str:
     lines = []
     for key, value in data.items():
         lines += [comment for prefix, comment in comments.items() if f"{key}:" == prefix]
-        line = f"{key}: {_flow(value)}"
+        line = f"{key}: {flow_yaml(value)}"
         if len(line) <= 110 or not isinstance(value, dict):
             lines.append(line)
         else:
-            lines += [f"{key}:", *(f"  {k}: {_flow(v)}" for k, v in value.items())]
+            lines += [f"{key}:", *(f"  {k}: {flow_yaml(v)}" for k, v in value.items())]
     return "\n".join(lines) + "\n"
 
 
-def _flow(value: object) -> str:
-    text = yaml.safe_dump(value, default_flow_style=True, width=10**6, sort_keys=False).strip()
-    return text.removesuffix("...").strip()
-
-
-def _pow2(n: int) -> int:
+def pow2(n: int) -> int:
     return 1 << max(0, math.ceil(math.log2(max(n, 1))))
 
 
-def _floor_pow2(n: int) -> int:
+def floor_pow2(n: int) -> int:
     return 1 << max(0, int(math.log2(max(n, 1))))

@@ -60,10 +60,10 @@ class TransferRow:
             return "not measured: " + ("; ".join(dict.fromkeys(self.failures)) or "no round completed")
         low = paired_low(w, d, self._sign())
         if low is not None and low > 0:
-            return "the winner wins in every round"
+            return "the tuned config wins in every round"
         lose = paired_low(d, w, self._sign())
         if lose is not None and lose > 0:
-            return "the defaults win in every round: the winner does not carry over"
+            return "the defaults win in every round: the tuned config does not carry over"
         return "within the noise: neither wins every round"
 
     def to_json(self) -> dict[str, Any]:
@@ -96,7 +96,7 @@ def measure(executor: TrialExecutor, params: Mapping[str, Any], *, repeats: int,
 def table_lines(rows: Sequence[TransferRow], fmt: Callable[[float | None], str] = lambda v: "-" if v is None
                 else f"{v:,.1f}") -> list[str]:
     """A Markdown table: per experiment, the winner's and the defaults' median, the gain and the verdict."""
-    out = ["| experiment | workload | metric | winner (median) | defaults (median) | gain (range) | verdict |",
+    out = ["| experiment | workload | metric | tuned (median) | defaults (median) | gain (range) | verdict |",
            "|---|---|---|---:|---:|---|---|"]
     for r in rows:
         w, d = r.paired

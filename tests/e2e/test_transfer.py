@@ -63,8 +63,8 @@ def test_the_winner_is_measured_beside_the_defaults_on_another_workload(tmp_path
     data = json.loads((tmp_path / "results" / "synthetic" / "transfer.json").read_text())
     (row,) = data["rows"]
     assert len(row["winner"]) == 2 and len(row["defaults"]) == 2 and None not in row["winner"] + row["defaults"]
-    assert row["verdict"] in ("the winner wins in every round", "within the noise: neither wins every round",
-                              "the defaults win in every round: the winner does not carry over")
+    assert row["verdict"] in ("the tuned config wins in every round", "within the noise: neither wins every round",
+                              "the defaults win in every round: the tuned config does not carry over")
     # the launches, interleaved: winner, defaults, winner, defaults
     order = [line.split("]")[0] for line in out.stderr.splitlines() if "confirming" in line]
     assert len(order) == 4, out.stderr[-2000:]
@@ -78,8 +78,8 @@ def test_a_study_not_run_yet_is_one_line_and_exit_2(tmp_path, tiny_model):
 
 
 @pytest.mark.parametrize("winner, defaults, verdict", [
-    ([110.0, 112.0], [100.0, 101.0], "the winner wins in every round"),
-    ([90.0, 91.0], [100.0, 101.0], "the defaults win in every round: the winner does not carry over"),
+    ([110.0, 112.0], [100.0, 101.0], "the tuned config wins in every round"),
+    ([90.0, 91.0], [100.0, 101.0], "the defaults win in every round: the tuned config does not carry over"),
     ([110.0, 95.0], [100.0, 101.0], "within the noise: neither wins every round"),
     ([None], [100.0], "not measured: winner: infeasible: ctx too small"),
 ])
