@@ -484,8 +484,9 @@ def best(
     fmt: str = typer.Option("args", "--format", "-f",
                             help="args (the command as the study launched it: the engine's, or `docker run` for "
                                  "launcher docker), docker (`docker run` line), config (the engine's own config "
-                                 "file), yaml, or env (environment variables the engine reads)."),
-    image: str | None = typer.Option(None, "--image", help="Image for --format docker (default: the study's, "
+                                 "file), yaml, env (environment variables the engine reads), or k8s (a Kubernetes "
+                                 "Deployment and Service of the same container)."),
+    image: str | None = typer.Option(None, "--image", help="Image for --format docker or k8s (default: the study's, "
                                         "else the engine's)."),
     out: Path | None = typer.Option(None, "--out", "-o", help="Write to this file instead of stdout."),
 ) -> None:

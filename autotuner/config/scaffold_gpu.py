@@ -299,6 +299,10 @@ def _files(engine: str, name: str, model: str, space_file: str, facts: HfFacts, 
         "engine_args": [context_flag, str(context)],
         **({"enqueue": [first]} if first else {}),
     }
+    if engine == "vllm":
+        experiment["advisors"] = ["earlier-studies", "engine", "performance-model"]
+        decisions.append("advisors: earlier studies, the engine's knowledge, then AIConfigurator's predicted best "
+                         "where it covers the model and GPU (autotuner[aiconfigurator]; it steps aside otherwise)")
     comments = {
         "docker:": "# the engine's image at the version this adapter's flags were read from",
         "workload:": "# what each load level sends, 300 s at most (docs/traffic.md: datasets, traces, sessions)",
@@ -306,6 +310,7 @@ def _files(engine: str, name: str, model: str, space_file: str, facts: HfFacts, 
         "startup_timeout_s:": f"# loading {facts.weight_bytes / GIB:.0f} GiB of weights: {STARTUP_S} s and "
                               f"{SECONDS_PER_GIB} s a GiB",
         "enqueue:": "# the first config: no baseline, since the defaults (one GPU) cannot hold the model",
+        "advisors:": "# who proposes configs before the sampler, in this order",
     }
     return render(experiment, space, decisions, comments, engine)
 

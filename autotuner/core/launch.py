@@ -25,7 +25,7 @@ from typing import Any
 from autotuner.config import DockerConfig, Experiment
 from autotuner.engines._base import Engine, LaunchContext, LaunchSpec
 from autotuner.launchers._base import launch_context
-from autotuner.launchers.docker_command import Gpus, container_context, docker_run_argv, mounts
+from autotuner.launchers.docker_command import Gpus, Mount, container_context, docker_run_argv, mounts
 from autotuner.stages import kernels
 
 EXPORT_PORT = 8080  # the winner's command listens here, not on the tuner's throw-away port
@@ -70,39 +70,50 @@ def planned(exp: Experiment, engine: Engine, params: Mapping[str, Any], *, port:
     """`params` launched as the study launches them: the host command (launcher process) on `port`, or
     the Docker launcher's `docker run` line, published at `host_port` (None: a port the daemon picks)."""
     if exp.config.launcher == "docker" and exp.config.docker is not None:
-        return _in_container(exp, engine, params, exp.config.docker, port=port, host_port=host_port)
+        c = in_container(exp, engine, params, port=port)
+        return Launch(c.spec, docker_run_argv(c.settings, c.mounted, c.spec, gpus=c.gpus, host_port=host_port))
     return Launch(launch_spec(exp, engine, params, port=port, binary=binary, secrets=_secret_names(exp)))
 
 
-def docker_argv(exp: Experiment, engine: Engine, params: Mapping[str, Any], *, host_port: int,
-                image: str | None = None, version: str = "latest") -> list[str]:
-    """`docker run` for `params`: a docker study's exactly as its launcher runs it (`image` replacing
-    its image); a process study's in `image`, else the engine's (its spec's, else the adapter's default_image)."""
+@dataclass(frozen=True)
+class InContainer:
+    """A launch in the engine's image, as the pieces a container runtime needs (docker run, Kubernetes)."""
+
+    settings: DockerConfig
+    mounted: list[Mount]
+    spec: LaunchSpec  # as the server in the container sees it
+    gpus: Gpus
+
+
+def in_container(exp: Experiment, engine: Engine, params: Mapping[str, Any], *, port: int,
+                 image: str | None = None, version: str = "latest") -> InContainer:
+    """`params` in a container: a docker study's exactly as its launcher runs it (`image` replacing its
+    image); a process study's in `image`, else the engine's (its spec's, else the adapter's default_image)."""
     settings = exp.config.docker if exp.config.launcher == "docker" else None
     if settings is None:
-        engine_image = engine.build(params, launch_context(exp, port=host_port, binary=None)).image
+        engine_image = engine.build(params, launch_context(exp, port=port, binary=None)).image
         default = engine_image or engine.default_image.format(
             version=image_tag(version), engine=engine.name)
         # PyTorch's workers share tensors through /dev/shm, which Docker limits to 64 MB otherwise.
         settings = DockerConfig(image=default, ipc_host=exp.config.hardware.gpus > 0)
     settings = settings.model_copy(update={"image": image}) if image else settings
-    return _in_container(exp, engine, params, settings, port=host_port, host_port=host_port).docker or []
+    mounted = mounts(settings, exp.model_path, exp.source.parent)
+    spec = launch_spec(exp, engine, params, port=port, binary=None, secrets=_secret_names(exp),
+                       view=lambda ctx: container_context(settings, mounted, ctx))
+    return InContainer(settings, mounted, spec, planned_gpus(exp, engine, params, settings))
+
+
+def docker_argv(exp: Experiment, engine: Engine, params: Mapping[str, Any], *, host_port: int,
+                image: str | None = None, version: str = "latest") -> list[str]:
+    """`docker run` for `params` (see `in_container`), published on `host_port`."""
+    c = in_container(exp, engine, params, port=host_port, image=image, version=version)
+    return docker_run_argv(c.settings, c.mounted, c.spec, gpus=c.gpus, host_port=host_port)
 
 
 def image_tag(version: str) -> str:
     """An image tag from an engine version: '0.5.0-dev+0c1e570' -> '0.5.0-dev-0c1e570'."""
     tag = "".join(c if c.isalnum() or c in "._-" else "-" for c in version)
     return tag.strip(".-")[:128] or "latest"
-
-
-def _in_container(exp: Experiment, engine: Engine, params: Mapping[str, Any], settings: DockerConfig, *,
-                  port: int, host_port: int | None) -> Launch:
-    mounted = mounts(settings, exp.model_path, exp.source.parent)
-    spec = launch_spec(exp, engine, params, port=port, binary=None, secrets=_secret_names(exp),
-                       view=lambda ctx: container_context(settings, mounted, ctx))
-    argv = docker_run_argv(settings, mounted, spec, gpus=planned_gpus(exp, engine, params, settings),
-                           host_port=host_port)
-    return Launch(spec, argv)
 
 
 def _secret_names(exp: Experiment) -> dict[str, str]:

@@ -16,6 +16,7 @@ the one builder every trial used) to text, and never looks at the disk, Docker o
            record of the winner (params, flags, command) that says so.
 - `env`    environment variables the engine reads (llama.cpp's LLAMA_ARG_*, from the `set_env` of
            each option in common/arg.cpp); options without one are listed as still needing their flag.
+- `k8s`    a Kubernetes Deployment and Service of the same container (report/kubernetes.py).
 """
 
 from __future__ import annotations
@@ -28,7 +29,7 @@ import yaml
 
 from autotuner.engines._base import LaunchSpec
 
-FORMATS = ("args", "docker", "config", "yaml", "env")
+FORMATS = ("args", "docker", "config", "yaml", "env", "k8s")
 
 # llama.cpp: short flag -> (long option name, env var or None). From common/arg.cpp of the vendored
 # llama.cpp (llama-cpp-python 0.3.36): -tb has no env var.

@@ -82,6 +82,8 @@ def target(exp: Experiment) -> float | None:
 def winner_text(fmt: str, engine: Engine, exp: Experiment, row: report.TrialRow, binary: str | None,
                 version: str, image: str | None = None) -> str:
     """A trial (the best) in one of export.FORMATS, built as its trials were launched (autotuner.core.launch)."""
+    if fmt == "k8s":
+        return _k8s(engine, exp, row, image, version)
     winner = launch.planned(exp, engine, row.params, port=launch.EXPORT_PORT, binary=binary,
                             host_port=launch.EXPORT_PORT)
     docker = launch.docker_argv(exp, engine, row.params, host_port=launch.EXPORT_PORT, image=image, version=version)
@@ -89,6 +91,20 @@ def winner_text(fmt: str, engine: Engine, exp: Experiment, row: report.TrialRow,
                          tuning_args=engine.tuning_args(row.params), params=row.params,
                          tuning_env=engine.tuning_env(row.params),
                          summary={"trial": row.number, exp.config.objective.metric: row.value})
+
+
+def _k8s(engine: Engine, exp: Experiment, row: report.TrialRow, image: str | None, version: str) -> str:
+    from autotuner.report import kubernetes
+
+    c = launch.in_container(exp, engine, row.params, port=launch.EXPORT_PORT, image=image, version=version)
+    g = c.gpus
+    gpus = exp.config.hardware.gpus if g == "all" else g if isinstance(g, int) else len(g) if g else 0
+    metric = exp.config.objective.metric
+    return kubernetes.manifests(c, name=exp.config.study_name, gpus=gpus,
+                                startup_timeout_s=exp.config.startup_timeout_s,
+                                annotations={"autotuner/study": exp.config.study_name,
+                                             "autotuner/trial": str(row.number),
+                                             f"autotuner/{metric}": f"{row.value:.1f}"})
 
 
 def study_binary(study: optuna.Study, exp: Experiment, engine: Engine) -> str | None:

@@ -231,3 +231,33 @@ def test_a_kernel_study_read_back_points_its_winner_at_the_tuned_configs_its_tri
     ran, exported = (launch.planned(e, vllm, {"parallel_layout": "TP8"}, port=launch.EXPORT_PORT, binary=None).docker
                      for e in (exp, read_back))
     assert f"VLLM_TUNED_CONFIG_FOLDER=/autotuner-kernels/{job.key}" in ran and exported == ran
+
+
+def test_the_k8s_export_is_valid_kubernetes_and_runs_the_docker_line_container(study):
+    import kubernetes_validate
+    import yaml
+
+    cfg = study["exp"].config
+    docs = list(yaml.safe_load_all(cli(study, "best", "--format", "k8s")))
+    assert [d["kind"] for d in docs] == ["Deployment", "Service"]
+    for doc in docs:  # the API's own schema, strict: no field it does not know
+        kubernetes_validate.validate(doc, kubernetes_validate.utils.latest_version(), strict=True)
+    docker = shlex.split(cli(study, "best", "--format", "docker"))
+    pod = docs[0]["spec"]["template"]["spec"]
+    (container,) = pod["containers"]
+    entry = docker.index("--entrypoint")
+    assert container["command"] == [docker[entry + 1]] and container["image"] == docker[entry + 2]
+    assert container["args"] == docker[entry + 3:]
+    env = {e["name"]: e.get("value") for e in container.get("env", [])}
+    assert env == {k: v for k, _, v in (a.partition("=") for a in
+                                        (docker[i + 1] for i, x in enumerate(docker) if x == "-e"))}
+    gpus = container.get("resources", {}).get("limits", {}).get("nvidia.com/gpu")
+    assert gpus == (docker[docker.index("--gpus") + 1] if "--gpus" in docker else None)
+    mounts = {m["name"]: m["mountPath"] for m in container["volumeMounts"]}
+    model_source, model_target, _ = (docker[docker.index("-v") + 1] + ":").split(":", 2)
+    assert mounts["model"] == model_target
+    assert {"name": "model", "hostPath": {"path": model_source}} in pod["volumes"]
+    assert ("dshm" in mounts) == (cfg.hardware.gpus > 0 or "--ipc" in docker or "--shm-size" in docker)
+    startup = container["startupProbe"]
+    assert startup["periodSeconds"] * startup["failureThreshold"] >= cfg.startup_timeout_s
+    assert docs[1]["spec"]["selector"] == docs[0]["spec"]["selector"]["matchLabels"]
