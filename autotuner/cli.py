@@ -385,14 +385,22 @@ def _experiment_for(engine: str | None, model: Path, dry_run: bool) -> Path:
     import tempfile
 
     from autotuner import new_experiment
-    from autotuner.config import ConfigError
+    from autotuner.config import ConfigError, load_experiment
 
     if engine is None:
         _fail("--model needs --engine (llamacpp, vllm or sglang)")
     name = new_experiment.name_for(model)
     path = Path("experiments") / f"{name}.yaml"
     if path.exists():
-        typer.echo(f"{path}: the experiment written for {model} earlier (edit it, or delete it to size anew)", err=True)
+        try:
+            found = load_experiment(path)
+        except ConfigError as e:
+            _fail(str(e))
+        if (found.config.engine, found.model_path.resolve()) != (engine, model.resolve()):
+            _fail(f"{path} exists and runs {found.config.engine} on {found.model_path}: run it with --experiment, "
+                  f"or write this model's with `autotuner init --engine {engine} --model {model} --name OTHER`")
+        typer.echo(f"{path}: the experiment for {model}, written earlier (edit it, or delete it to size anew)",
+                   err=True)
         return path
     target = Path(tempfile.mkdtemp(prefix="autotuner-init-")) / f"{name}.yaml" if dry_run else None
     try:

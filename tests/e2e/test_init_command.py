@@ -38,9 +38,17 @@ def test_run_with_engine_and_model_inits_once_then_resumes_the_same_study(tmp_pa
     again = autotuner("run", "--engine", "llamacpp", "--model", str(tiny_model), "--trials", "1", cwd=tmp_path,
                       timeout=600)
     assert again.returncode == 0, again.stderr[-3000:]
-    assert "experiments/tiny.yaml: the experiment written for" in again.stderr and "wrote" not in again.stderr
+    assert "experiments/tiny.yaml: the experiment for" in again.stderr and "wrote" not in again.stderr
     assert "· #1]" in again.stderr  # the study's second trial: resumed, not started anew
     assert (tmp_path / "experiments" / "tiny.yaml").read_text() == written
+
+
+def test_run_with_a_model_whose_name_another_experiment_holds_says_so(tmp_path, tiny_model):
+    (tmp_path / "other.gguf").write_bytes(tiny_model.read_bytes())
+    assert autotuner("init", "--engine", "llamacpp", "--model", "other.gguf", "--name", "tiny", cwd=tmp_path).returncode == 0
+    out = autotuner("run", "--engine", "llamacpp", "--model", str(tiny_model), "--dry-run", cwd=tmp_path)
+    assert out.returncode == 2 and out.stderr.count("\n") == 1, out.stderr
+    assert "experiments/tiny.yaml exists and runs llamacpp on" in out.stderr and "--name OTHER" in out.stderr
 
 
 def test_a_dry_run_with_engine_and_model_writes_nothing_here(tmp_path, tiny_model):
@@ -83,7 +91,8 @@ def test_a_file_that_is_no_model_and_a_file_that_exists_are_refused(tmp_path, ti
     assert again.returncode == 2 and "experiments/tiny.yaml exists: pass --force" in again.stderr
 
 
-HF = Path(__file__).parents[1] / "data" / "hf"  # config.json of real checkpoints (their README says whose)
+REPO = Path(__file__).parents[2]
+HF = REPO / "tests" / "data" / "hf"  # config.json of real checkpoints (their README says whose)
 
 
 @pytest.mark.parametrize("engine, model, gpus, gpu_type", [
