@@ -116,10 +116,10 @@ def interconnect(topology: str | None) -> str | None:
 
 
 def _known_name(name: str) -> str:
-    """NVML's name ("NVIDIA H100 80GB HBM3") as the table's ("h100"), where one matches; else as it is."""
-    flat = name.lower().replace(" ", "-")
-    return next((k for k in sorted(KNOWN_GPUS, key=len, reverse=True) if k.split("-")[0] in flat
-                 and all(part in flat for part in k.split("-"))), name)
+    """NVML's name ("NVIDIA H100 80GB HBM3") as the table's ("h100"), where one matches word for word
+    ("NVIDIA L40" is not an "l4"); else as it is."""
+    words = set(name.lower().replace("-", " ").split())
+    return next((k for k in sorted(KNOWN_GPUS, key=len, reverse=True) if set(k.split("-")) <= words), name)
 
 
 def _image(engine: str) -> str:

@@ -21,6 +21,7 @@ from dataclasses import dataclass, field
 
 from autotuner.config._base import flow_yaml
 from autotuner.models.gguf import GgufFacts
+from autotuner.models.hf import GIB
 
 RUNTIME_SHARE = 0.10  # of the memory, left to the runtime
 RUNTIME_GIB = 1.0
@@ -28,7 +29,6 @@ SLACK_TOKENS = 16  # a chat template's or BOS's few tokens beyond the traffic's 
 SLOTS_PER_CORE = 4
 MIN_SLOTS, MAX_SLOTS = 4, 64
 CONTEXT_CHOICES = 4
-GIB = 2**30
 
 
 class InitError(ValueError):

@@ -45,17 +45,13 @@ class HfFacts:
     quantization: str  # "" unquantized, else FP8, NVFP4, MXFP4, ...
     parameters: int  # computed from config.json (MTP layers included)
     expert_parameters: int  # of which in routed experts
+    expert_weight_bytes: int  # the routed experts' bytes: what expert parallel spreads over the ranks
     weight_bytes: int
     weights_read: bool  # True: summed from the safetensors headers; False: estimated from the parameters
 
     @property
     def mla(self) -> bool:
         return self.kv_lora_rank > 0
-
-    @property
-    def expert_weight_bytes(self) -> int:
-        """The routed experts' share of the weights (what expert parallel spreads over the ranks)."""
-        return int(self.weight_bytes * self.expert_parameters / max(self.parameters, 1))
 
     def kv_bytes_per_token(self, element_bytes: int = 2) -> int:
         """The KV cache of one token over every layer, unsharded (MLA: the latent and the rotary key)."""
@@ -97,18 +93,21 @@ def read_hf(folder: Path) -> HfFacts:
 
     hidden, layers = need("hidden_size", "n_embd", "d_model"), need("num_hidden_layers", "n_layer", "num_layers")
     heads = need("num_attention_heads", "n_head", "num_heads")
+    need("vocab_size", "padded_vocab_size")
     kv_heads = get("num_key_value_heads", heads) or heads
     head_dim = get("head_dim") or hidden // heads
     experts = get("n_routed_experts") or get("num_experts") or get("num_local_experts")
     quantization = _quantization(folder, c)
     dtype = str(c.get("torch_dtype") or c.get("dtype") or "bfloat16")
     shape = _Shape(c, hidden, layers, heads, kv_heads, head_dim, experts)
-    weight_bytes = _safetensors_bytes(folder)
-    read = weight_bytes is not None
-    if weight_bytes is None:
-        full, quant = DTYPE_BYTES.get(dtype, 2), QUANT_BYTES.get(quantization)
-        quantized = 0 if quant is None else shape.mlp if quantization in MLP_ONLY else shape.total - shape.embeddings
-        weight_bytes = int(quantized * (quant or full) + (shape.total - quantized) * full)
+    # Bytes as the quantization lays them out: the whole, and the routed experts' part (MTP layers' at 16 bits).
+    full, quant = DTYPE_BYTES.get(dtype, 2), QUANT_BYTES.get(quantization)
+    quantized = 0 if quant is None else shape.mlp if quantization in MLP_ONLY else shape.total - shape.embeddings
+    estimate = quantized * (quant or full) + (shape.total - quantized) * full
+    expert_bytes = shape.routed_main * (quant or full) + (shape.experts - shape.routed_main) * full
+    read_bytes = _safetensors_bytes(folder)
+    read = read_bytes is not None
+    weight_bytes = read_bytes if read_bytes is not None else int(estimate)
     return HfFacts(
         architecture=str((c.get("architectures") or [c.get("model_type", "unknown")])[0]),
         layers=layers, hidden=hidden, heads=heads, kv_heads=kv_heads, head_dim=head_dim,
@@ -116,7 +115,9 @@ def read_hf(folder: Path) -> HfFacts:
         experts=experts, experts_per_token=get("num_experts_per_tok") or get("moe_topk"),
         kv_lora_rank=get("kv_lora_rank"), rope_dim=get("qk_rope_head_dim"),
         mtp_layers=get("num_nextn_predict_layers"), dtype=dtype, quantization=quantization,
-        parameters=shape.total, expert_parameters=shape.experts, weight_bytes=weight_bytes, weights_read=read)
+        parameters=shape.total, expert_parameters=shape.experts,
+        expert_weight_bytes=int(weight_bytes * expert_bytes / max(estimate, 1)), weight_bytes=weight_bytes,
+        weights_read=read)
 
 
 class _Shape:
@@ -128,7 +129,7 @@ class _Shape:
             value = c.get(key)
             return value if isinstance(value, int) else default
 
-        vocab = get("vocab_size")
+        vocab = get("vocab_size") or get("padded_vocab_size")  # read_hf requires one
         self.embeddings = vocab * h * (1 if c.get("tie_word_embeddings") else 2)
         if get("kv_lora_rank"):
             q_lora, kv_lora = get("q_lora_rank"), get("kv_lora_rank")
@@ -147,7 +148,8 @@ class _Shape:
         else:
             routed, moe_mlp, dense_layers = 0, dense_mlp, layers
         mtp = get("num_nextn_predict_layers")
-        self.experts = (layers - dense_layers + mtp) * routed
+        self.routed_main = (layers - dense_layers) * routed
+        self.experts = self.routed_main + mtp * routed
         self.mlp = dense_layers * dense_mlp + (layers - dense_layers) * moe_mlp  # MTP layers stay 16-bit
         self.total = self.embeddings + layers * attention + self.mlp + mtp * (attention + moe_mlp + 2 * h * h)
 

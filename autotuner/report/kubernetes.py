@@ -23,6 +23,7 @@ from autotuner.launchers.docker_command import environment
 from autotuner.report.export import ExportError
 
 PROBE_PERIOD_S = 10
+PROBE_TIMEOUT_S = 5
 SHM_SIZE = "16Gi"  # PyTorch's workers share tensors through /dev/shm; Docker's --ipc host had no limit
 GPU_RESOURCE = "nvidia.com/gpu"  # NVIDIA's device plugin
 
@@ -42,7 +43,8 @@ def manifests(c: Any, *, name: str, gpus: int, startup_timeout_s: float,
     for k, (source, target, read_only) in enumerate(c.mounted):
         vol = "model" if k == 0 else f"volume-{k}"
         mounts.append({"name": vol, "mountPath": str(target), "readOnly": read_only})
-        volumes.append({"name": vol, "hostPath": {"path": str(source)}})
+        # The model mount is a folder (a file's folder); a missing one fails the pod at once, not after loading.
+        volumes.append({"name": vol, "hostPath": {"path": str(source), **({"type": "Directory"} if k == 0 else {})}})
     if gpus or settings.ipc_host or settings.shm_size:
         mounts.append({"name": "dshm", "mountPath": "/dev/shm"})
         volumes.append({"name": "dshm", "emptyDir": {"medium": "Memory",
@@ -52,7 +54,9 @@ def manifests(c: Any, *, name: str, gpus: int, startup_timeout_s: float,
         resources = {"limits": {GPU_RESOURCE: str(gpus)}, "requests": {GPU_RESOURCE: str(gpus)}}
     if settings.memory:
         resources.setdefault("limits", {})["memory"] = _quantity(settings.memory) or settings.memory
-    probe = {"httpGet": {"path": spec.health_path, "port": "http"}, "periodSeconds": PROBE_PERIOD_S}
+    # A busy engine answers /health late: 1 s (the default) would restart a pod that is only loaded.
+    probe = {"httpGet": {"path": spec.health_path, "port": "http"}, "periodSeconds": PROBE_PERIOD_S,
+             "timeoutSeconds": PROBE_TIMEOUT_S}
     container: dict[str, Any] = {
         "name": "engine", "image": settings.image, "command": [spec.argv[0]], "args": list(spec.argv[1:]),
         "ports": [{"name": "http", "containerPort": spec.port, "protocol": "TCP"}],
@@ -69,6 +73,8 @@ def manifests(c: Any, *, name: str, gpus: int, startup_timeout_s: float,
         "metadata": {"name": app, "labels": labels, **({"annotations": dict(annotations)} if annotations else {})},
         "spec": {
             "replicas": 1,
+            # One pod holds the node's GPUs: a rolling update's second pod would wait for them forever.
+            "strategy": {"type": "Recreate"},
             "selector": {"matchLabels": {"app.kubernetes.io/name": app}},
             "template": {"metadata": {"labels": labels},
                          "spec": {"containers": [container], "volumes": volumes,
@@ -111,9 +117,11 @@ def _check(doc: dict[str, Any]) -> None:
 
 
 def dns_name(text: str) -> str:
-    """A Kubernetes object name (RFC 1123 label): lower case, digits and '-', at most 63 characters."""
-    name = re.sub(r"[^a-z0-9-]+", "-", text.lower()).strip("-")[:63].rstrip("-")
-    return name or "autotuner"
+    """A name a Service takes too (RFC 1035 label): lower case, digits and '-', a letter first, at most 63."""
+    name = re.sub(r"[^a-z0-9-]+", "-", text.lower()).strip("-")
+    if name and not name[0].isalpha():
+        name = "m-" + name
+    return name[:63].rstrip("-") or "autotuner"
 
 
 def _quantity(docker_size: str | None) -> str | None:

@@ -97,7 +97,14 @@ def _k8s(engine: Engine, exp: Experiment, row: report.TrialRow, image: str | Non
     from autotuner.report import kubernetes
 
     c = launch.in_container(exp, engine, row.params, port=launch.EXPORT_PORT, image=image, version=version)
+    if c.settings.network_host:  # a pod has its own network: the server must listen on it, not on loopback
+        plain = exp.config.docker.model_copy(update={"network_host": False}) if exp.config.docker else None
+        exp = exp.model_copy(update={"config": exp.config.model_copy(update={"docker": plain})})
+        c = launch.in_container(exp, engine, row.params, port=launch.EXPORT_PORT, image=image, version=version)
     g = c.gpus
+    if g == "all" and not exp.config.hardware.gpus:
+        raise export.ExportError("--format k8s: docker.gpus is 'all' but hardware.gpus is 0: set hardware.gpus "
+                                 "to the GPUs the engine needs")
     gpus = exp.config.hardware.gpus if g == "all" else g if isinstance(g, int) else len(g) if g else 0
     metric = exp.config.objective.metric
     return kubernetes.manifests(c, name=exp.config.study_name, gpus=gpus,

@@ -118,5 +118,5 @@ def test_a_model_no_layout_of_the_gpus_holds_is_one_line_and_writes_nothing(tmp_
     out = autotuner("init", "--engine", "vllm", "--model", str(HF / "deepseek-v3"), "--gpus", "8", "--gpu-type", "h100",
                     cwd=tmp_path)
     assert out.returncode == 2 and out.stderr.count("\n") == 1, out.stderr
-    assert "637 GiB of weights (FP8) need at least 10 GPUs of 79.6 GiB; planned for 8" in out.stderr
+    assert "637 GiB of weights (FP8) need at least 11 GPUs of 79.6 GiB; planned for 8" in out.stderr
     assert list(tmp_path.iterdir()) == []

@@ -256,7 +256,8 @@ def test_the_k8s_export_is_valid_kubernetes_and_runs_the_docker_line_container(s
     mounts = {m["name"]: m["mountPath"] for m in container["volumeMounts"]}
     model_source, model_target, _ = (docker[docker.index("-v") + 1] + ":").split(":", 2)
     assert mounts["model"] == model_target
-    assert {"name": "model", "hostPath": {"path": model_source}} in pod["volumes"]
+    assert {"name": "model", "hostPath": {"path": model_source, "type": "Directory"}} in pod["volumes"]
+    assert docs[0]["spec"]["strategy"] == {"type": "Recreate"}
     assert ("dshm" in mounts) == (cfg.hardware.gpus > 0 or "--ipc" in docker or "--shm-size" in docker)
     startup = container["startupProbe"]
     assert startup["periodSeconds"] * startup["failureThreshold"] >= cfg.startup_timeout_s

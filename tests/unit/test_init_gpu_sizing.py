@@ -9,8 +9,9 @@ from pathlib import Path
 import pytest
 import yaml
 
+from autotuner.config.gpu_sizing import UTILIZATION, Layout, fit, plan
 from autotuner.config.scaffold import InitError, Machine
-from autotuner.config.scaffold_gpu import GPU_SYNTHETIC, Layout, fit, plan, sglang, vllm
+from autotuner.config.scaffold_gpu import GPU_SYNTHETIC, sglang, vllm
 from autotuner.models.hf import HfError, read_hf
 
 ROOT = Path(__file__).parents[2]
@@ -61,28 +62,40 @@ def test_a_folder_without_config_json_is_one_clear_error(tmp_path):
         read_hf(tmp_path)
 
 
-def test_glm5_nvfp4_on_8_pro_6000_finds_the_layouts_written_by_hand_for_that_box():
+def test_glm5_nvfp4_on_8_pro_6000_finds_the_hand_written_layouts_but_one_that_does_not_fit():
     facts = read_hf(HF / "glm-5-nvfp4")
     hand = yaml.safe_load((ROOT / "search_spaces" / "vllm-moe-8gpu.yaml").read_text())
     scaffold = vllm("glm", "/models/GLM-5-NVFP4", "space.yaml", facts, PRO_6000_X8)
     space, exp = yaml.safe_load(scaffold.space), yaml.safe_load(scaffold.experiment)
-    assert set(space["params"]["parallel_layout"]["choices"]) == set(hand["params"]["parallel_layout"]["choices"])
-    # DP layouts fit only with the experts spread (the hand-written space's constraint, here with reasons)
-    assert space["constraints"] == ['parallel_layout not in ["TP4xDP2", "TP2xDP4", "TP1xDP8"] or enable_expert_parallel']
+    # TP1xDP8 leaves each GPU the whole 16-bit attention and MTP layer beside 1/8 of the 4-bit experts
+    assert set(space["params"]["parallel_layout"]["choices"]) == set(hand["params"]["parallel_layout"]["choices"]) \
+        - {"TP1xDP8"}
+    assert any(d.startswith("TP1xDP8 excluded: 80 GiB of weights a GPU (the experts spread over the replicas), "
+                            "more than the 77 GiB") for d in scaffold.decisions)
     assert exp["study"]["baseline"] is False and exp["enqueue"] == [{"parallel_layout": "TP8",
                                                                      "enable_expert_parallel": True}]
     assert "all2all_backend" not in space["params"]  # PCIe: no DeepEP
     assert {"nccl_proto", "nccl_p2p_level", "mtp_draft_tokens", "decode_context_parallel_size"} <= set(space["params"])
+    assert 'decode_context_parallel_size != 4 or parallel_layout in ["TP8", "TP4xPP2", "TP4xDP2"]' \
+        in space["constraints"]
     assert "b12x" in space["params"]["moe_backend"]["choices"]  # SM12x's NVFP4 MoE kernels
     assert any(d.startswith("TP1 (the engine's default) excluded: 428 GiB of weights") for d in scaffold.decisions)
 
 
+def test_the_experts_share_of_the_weights_is_counted_in_bytes_at_their_quantization():
+    glm = read_hf(HF / "glm-5-nvfp4")  # 4-bit experts; attention, embeddings and the MTP layer at 16 bits
+    assert 25 < (glm.weight_bytes - glm.expert_weight_bytes) / 2**30 < 35
+    assert glm.expert_weight_bytes / glm.weight_bytes < glm.expert_parameters / glm.parameters
+
+
 def test_sglang_replicas_hold_the_whole_model_so_dp_layouts_of_glm5_are_excluded_with_why():
-    p = plan(read_hf(HF / "glm-5-nvfp4"), PRO_6000_X8, GPU_SYNTHETIC, ep_spreads=False)
+    p = plan(read_hf(HF / "glm-5-nvfp4"), PRO_6000_X8, GPU_SYNTHETIC, experts_over_dp=False)
     assert {f.layout.name for f in p.fits} == {"TP8", "TP4xPP2", "TP2xPP4"}
-    assert any(d.startswith("TP4xDP2 excluded: 107 GiB of weights a GPU, more than the 82 GiB a 95.6 GiB GPU gives") for d in p.decisions)
+    assert any(d.startswith("TP4xDP2 excluded: 107 GiB of weights a GPU (each replica holds every expert), more than "
+                         "the 77 GiB a 95.6 GiB GPU gives") for d in p.decisions)
     space = yaml.safe_load(sglang("glm", "m", "s.yaml", read_hf(HF / "glm-5-nvfp4"), PRO_6000_X8).space)
-    assert space["params"]["tp_size"]["choices"] == [8, 4, 2] and space["constraints"] == ["tp_size * pp_size == 8"]
+    assert space["params"]["tp_size"]["choices"] == [8, 4, 2] and space["constraints"] == [
+        "tp_size * pp_size == 8", "tp_size % ep_size == 0", "tp_size % attn_dp_size == 0"]
     assert space["params"]["speculative_algorithm"]["choices"] == ["none", "EAGLE"]
 
 
@@ -93,8 +106,8 @@ def test_an_8b_on_one_h100_keeps_the_defaults_as_baseline_and_sizes_batches_from
     assert "parallel_layout" not in space["params"] and "enable_expert_parallel" not in space["params"]
     assert "baseline" not in exp["study"] and "enqueue" not in exp
     one = fit(facts, 79.6, Layout(1), GPU_SYNTHETIC.need)
-    # 79.6 GiB x 0.9 - 4 GiB - 15 GiB of weights, 128 KiB of KV a token, 1296 tokens a request
-    assert one.requests == int((79.6 * 0.9 - 4 - 16_060_522_496 / 2**30) * 2**30 / 131072 // 1296)
+    # 79.6 GiB x 0.85 - 4 GiB - 15 GiB of weights, 128 KiB of KV a token, 1296 tokens a request
+    assert one.requests == int((79.6 * UTILIZATION - 4 - 16_060_522_496 / 2**30) * 2**30 / 131072 // 1296)
     assert space["params"]["max_num_seqs"]["choices"] == [64, 128, 256, 512]  # 2 x 333 at FP8, floored
     assert exp["load"] == {"max_concurrency": [128, 512]}
     assert exp["engine_args"] == ["--max-model-len", "2048"]
@@ -106,7 +119,7 @@ def test_deepseek_v3_fits_8_h200_with_deepep_on_nvlink_and_no_8_h100_at_all():
     assert space["params"]["all2all_backend"]["choices"] == ["allgather_reducescatter", "deepep_low_latency",
                                                              "deepep_high_throughput"]
     assert "disable_custom_all_reduce" in space["params"] and "nccl_proto" not in space["params"]
-    with pytest.raises(InitError, match="637 GiB of weights .FP8. need at least 10 GPUs of 79.6 GiB; planned for 8"):
+    with pytest.raises(InitError, match="637 GiB of weights .FP8. need at least 11 GPUs of 79.6 GiB; planned for 8"):
         plan(facts, Machine(64, 1024.0, 8, 79.6, "h100", "nvlink"), GPU_SYNTHETIC)
 
 
@@ -131,9 +144,38 @@ def test_the_interconnect_is_read_from_the_recorded_topology(recorded, link):
 @pytest.mark.parametrize("nvml, known", [
     ("NVIDIA H100 80GB HBM3", "h100"), ("NVIDIA H200", "h200"), ("NVIDIA L40S", "l40s"),
     ("NVIDIA RTX PRO 6000 Blackwell Server Edition", "rtx-pro-6000"), ("NVIDIA GeForce RTX 4090", "rtx-4090"),
-    ("NVIDIA A100-SXM4-80GB", "a100-80gb"), ("Tesla V100-SXM2-32GB", "Tesla V100-SXM2-32GB"),
+    ("NVIDIA A100-SXM4-80GB", "a100-80gb"), ("Tesla V100-SXM2-32GB", "Tesla V100-SXM2-32GB"), ("NVIDIA L40", "NVIDIA L40"),
 ])
 def test_nvml_names_map_to_the_known_cards_and_others_stay_as_they_are(nvml, known):
     from autotuner.new_experiment import _known_name
 
     assert _known_name(nvml) == known
+
+
+def _config(tmp_path, **keys) -> Path:
+    base = {"architectures": ["X"], "hidden_size": 5120, "num_hidden_layers": 40, "num_attention_heads": 40,
+            "num_key_value_heads": 10, "intermediate_size": 17920, "vocab_size": 32064, "torch_dtype": "bfloat16",
+            "max_position_embeddings": 131072, **keys}
+    (tmp_path / "config.json").write_text(__import__("json").dumps(base))
+    return tmp_path
+
+
+def test_tp_must_divide_the_heads_and_sit_with_the_kv_heads_and_any_divisor_of_the_gpus_is_tried(tmp_path):
+    from autotuner.config.gpu_sizing import layouts
+
+    facts = read_hf(_config(tmp_path))  # 40 heads, 10 KV heads (Phi-3-medium's shape)
+    assert [lay.name for lay in layouts(8, facts)] == ["TP2xPP4", "TP2xDP4", "TP1xDP8"]  # TP4, TP8: not with 10
+    assert [lay.name for lay in layouts(6, facts)] == ["TP2xPP3", "TP2xDP3", "TP1xDP6"]
+
+
+def test_a_moe_model_on_one_gpu_gets_no_expert_parallel_params(tmp_path):
+    facts = read_hf(_config(tmp_path, num_experts=8, num_experts_per_tok=2, moe_intermediate_size=1024,
+                            hidden_size=2048, intermediate_size=6144, num_attention_heads=32, num_key_value_heads=4))
+    space = yaml.safe_load(vllm("m", "m", "s.yaml", facts, H100).space)
+    assert "enable_expert_parallel" not in space["params"] and "enable_eplb" not in space["params"]
+    assert space["params"]["moe_backend"]["choices"] == ["auto", "triton"]
+
+
+def test_gpus_whose_memory_is_unknown_are_one_clear_error():
+    with pytest.raises(InitError, match="leave nothing after the runtime's share"):
+        plan(read_hf(HF / "llama-3.1-8b"), Machine(8, 64.0, 1, 0.0, "GPU", None), GPU_SYNTHETIC)
