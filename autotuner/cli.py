@@ -76,6 +76,9 @@ def run(
     gpus: str | None = typer.Option(
         None, "--gpus", help="GPU ids the trials share, e.g. 0,1,2,3 (default: 0 to hardware.gpus-1)."
     ),
+    ray_address: str | None = typer.Option(
+        None, "--ray", help="Run each trial as a task on this Ray cluster (the head's host:port, or auto for one "
+        "started on this machine), as many at once as its nodes hold (docs/ray.md); sets executor: ray."),
     worker: str | None = typer.Option(None, "--worker", hidden=True, help="Set by --parallel for its workers."),
     advice: str = typer.Option(
         "auto", "--advice", help="auto: the experiment's advisors propose configs before the sampler; ask: show each "
@@ -105,6 +108,10 @@ def run(
         exp = load_experiment(experiment)
         exp = _override(exp, study={"storage": storage, "seed": _worker_seed(exp, seed, worker)},
                         stop={"target": target, "patience": patience, "max_trials": max_trials})
+        if ray_address is not None:
+            cfg = exp.config.model_copy(update={"executor": "ray", "ray": exp.config.ray.model_copy(
+                update={"address": ray_address})})
+            exp = exp.model_copy(update={"config": cfg})
         if advice == "off":  # the sampler alone, in the dry run too
             exp = exp.model_copy(update={"config": exp.config.model_copy(update={"advisors": []})})
         if dry_run:
@@ -113,8 +120,13 @@ def run(
         # No terminal, or --parallel workers (they run unattended): nobody to ask, proposals are taken.
         if advice == "ask" and (worker is not None or parallel > 1 or not sys.stdin.isatty()):
             advice = "auto"
-        tuner = compose.make_tuner(exp, tracking_uri, results, say=_say, pool=compose.worker_pool(exp, parallel, gpus),
-                                   worker=worker, advice=advice, ask=_ask, quiet=not verbose)
+        on_ray = exp.config.executor == "ray"
+        pool = None if on_ray else compose.worker_pool(exp, parallel, gpus)
+        tuner = compose.make_tuner(exp, tracking_uri, results, say=_say, pool=pool, worker=worker, advice=advice,
+                                   ask=_ask, quiet=not verbose)
+        if on_ray and worker is None and parallel == 1:  # as many trials in flight as the cluster holds
+            parallel = compose.ray_workers(tuner, trials)
+            _say(f"{parallel} trial(s) at once on the Ray cluster")
     except ConfigError as e:
         _fail(str(e))
         return
@@ -140,6 +152,7 @@ def run(
             "--results": results,
             "--parallel": parallel,
             "--advice": advice,
+            "--ray": ray_address,
         }
         given = [str(x) for k, v in options.items() if v is not None for x in (k, v)] + ["--verbose"] * verbose
         code = run_workers(lambda name, n: [sys.executable, "-m", "autotuner.cli", "run", "--experiment",

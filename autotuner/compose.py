@@ -23,9 +23,10 @@ from autotuner.advisors.llm import LlmAdvisor
 from autotuner.advisors.neighbours import Neighbours
 from autotuner.advisors.performance_model import performance_model
 from autotuner.config import ConfigError, Experiment
-from autotuner.core import preflight
+from autotuner.core import preflight, record
 from autotuner.core.callbacks import StudyCallback
 from autotuner.core.driver import AskUser, StudyDriver
+from autotuner.core.executor import TrialExecutor
 from autotuner.core.progress import Progress
 from autotuner.core.study import confirmed_winner
 from autotuner.engines._base import Engine
@@ -46,7 +47,8 @@ Say = Callable[[str], None]  # one line for the user (the terminal's stderr)
 def make_driver(experiment: Experiment, *, engine: Engine, launcher: Launcher, tracker: MlflowTracker,
                 results_dir: Path = Path("results"), binary: str | None = None,
                 progress: Callable[[int | None], Progress] | None = None, engine_version: str | None = None,
-                pool: Leases | None = None, advice: str = "auto", ask: AskUser | None = None) -> StudyDriver:
+                pool: Leases | None = None, advice: str = "auto", ask: AskUser | None = None,
+                executor: Callable[..., TrialExecutor] = TrialExecutor) -> StudyDriver:
     """A study driver recording into `tracker` and the study's folder, advised as `advice` says (auto:
     the experiment's advisors; ask: the same, each proposal put to `ask`; off: none)."""
     metric = experiment.config.objective.metric
@@ -61,7 +63,7 @@ def make_driver(experiment: Experiment, *, engine: Engine, launcher: Launcher, t
                        progress=progress_with_warnings, engine_version=engine_version, pool=pool,
                        ask=ask if advice == "ask" else None,
                        callbacks=lambda driver: recorders(driver, tracker),
-                       advisors=None if advice == "off" else advisors)
+                       advisors=None if advice == "off" else advisors, executor=executor)
 
 
 def recorders(driver: StudyDriver, tracker: MlflowTracker) -> list[StudyCallback]:
@@ -136,7 +138,15 @@ def make_tuner(exp: Experiment, tracking_uri: str | None, results: Path, *, say:
     if quiet:  # the inputs are good: from here on the study's folder may be written
         route_library_logs(results / cfg.study_name)
     launcher = make_launcher(exp, progress=say)
-    if cfg.hardware.gpus > 0 and worker is None:  # --parallel workers: their parent checked already
+    executor: Callable[..., TrialExecutor] = TrialExecutor
+    if cfg.executor == "ray":
+        from autotuner.executors import ray as on_ray
+
+        cluster = on_ray.connect(cfg.ray.address)
+        if worker is None:
+            say(f"Ray cluster: {len(cluster)} node(s): " + "; ".join(n.describe() for n in cluster))
+        executor = on_ray.RayTrialExecutor
+    elif cfg.hardware.gpus > 0 and worker is None:  # --parallel workers: their parent checked already
         gpu_preflight(exp, launcher, str(binary) if binary else None, pool, say)
     if cfg.kernels is not None:  # after the preflight, once before the first trial; workers find it done
         from autotuner.stages import kernel_stage
@@ -146,10 +156,45 @@ def make_tuner(exp: Experiment, tracking_uri: str | None, results: Path, *, say:
     engine_version = None
     if cfg.launcher == "docker":  # the engine that runs is the image's, not a host binary
         engine_version = cast("DockerLauncher", launcher).engine_version(engine, {"autotuner.study": cfg.study_name})
-    return make_driver(exp, engine=engine, launcher=launcher, tracker=MlflowTracker(tracking_uri or cfg.tracking.uri),
-                       results_dir=results, binary=str(binary) if binary else None, engine_version=engine_version,
-                       pool=pool, progress=lambda total: Progress(total, cfg.objective.metric, worker=worker),
-                       advice=advice, ask=ask)
+    driver = make_driver(exp, engine=engine, launcher=launcher, tracker=MlflowTracker(tracking_uri or cfg.tracking.uri),
+                         results_dir=results, binary=str(binary) if binary else None, engine_version=engine_version,
+                         pool=None if cfg.executor == "ray" else pool, advice=advice, ask=ask, executor=executor,
+                         progress=lambda total: Progress(total, cfg.objective.metric, worker=worker))
+    if cfg.executor == "ray":
+        def remember(node: str) -> None:  # the report names the node the confirmation ran on
+            driver.study.set_user_attr(record.CONFIRMATION_NODE, node)
+
+        cast("on_ray.RayTrialExecutor", driver.executor).on_pin = remember
+        if worker is None:
+            check_cluster(driver, say)
+    return driver
+
+
+def check_cluster(driver: StudyDriver, say: Say) -> None:
+    """Before the first trial on a Ray cluster: every node reaches the study, the model and the engine, and
+    some node holds the defaults' launch (ConfigError, exit 2, naming each node's problem)."""
+    from autotuner.executors import placement
+    from autotuner.executors import ray as on_ray
+
+    executor = cast("on_ray.RayTrialExecutor", driver.executor)
+    want = executor.need_of({})
+    if why := placement.unplaceable(want, executor.nodes):
+        raise ConfigError(f"{driver.exp.source}: the Ray cluster cannot run the engine's defaults: {why}")
+    if problems := on_ray.check_nodes(driver.exp, driver.binary):
+        raise ConfigError("the Ray cluster cannot run this study's trials:\n  " + "\n  ".join(problems))
+    say(f"every node reaches the study's storage, the model and the engine; a launch of the defaults needs "
+        f"{want.describe()}")
+
+
+def ray_workers(driver: StudyDriver, trials: int) -> int:
+    """How many trials a Ray study keeps in flight: `ray.trials_at_once`, else as many launches of the
+    engine's defaults as the cluster's nodes hold side by side; never more than the trials asked for."""
+    from autotuner.executors import placement
+    from autotuner.executors import ray as on_ray
+
+    executor = cast("on_ray.RayTrialExecutor", driver.executor)
+    at_once = driver.cfg.ray.trials_at_once or placement.trials_at_once(executor.need_of({}), executor.nodes)
+    return max(1, min(at_once, trials))
 
 
 def worker_pool(exp: Experiment, parallel: int, gpus: str | None) -> Leases | None:

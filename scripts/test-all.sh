@@ -3,7 +3,8 @@
 # installs the system packages the build and the tests need (Debian's; needs root when one is missing),
 # sets up (venv, llama-server, quickstart model), runs scripts/lint.sh (ruff, mypy), starts a private
 # Docker daemon (installing Debian's docker.io when missing; stopped by its PID at the end), builds the
-# engine image locally (no registry), starts PostgreSQL and an MLflow tracking server on loopback (stopped at the end too), installs vLLM's
+# engine image locally (no registry), starts PostgreSQL and an MLflow tracking server on loopback and a two-node
+# Ray cluster (stopped at the end too), installs vLLM's
 # CPU build (scripts/setup-vllm.sh), then runs scripts/test.sh. Here the Docker, vLLM and shared-study
 # tests are mandatory: a missing service fails them instead of skipping (AUTOTUNER_REQUIRE_ALL=1), and a
 # skipped Docker test fails the run. Extra arguments go to pytest.
@@ -49,6 +50,15 @@ fi
 out=$(scripts/start-services.sh)
 eval "$out"
 export AUTOTUNER_POSTGRES_URL AUTOTUNER_MLFLOW_URI
+
+# A Ray cluster of two nodes on this machine (a head and a worker) for the executor: ray tests; the
+# node-loss test starts a private one of its own, since it kills a node.
+if ! RAY_ADDRESS="127.0.0.1:${RAY_PORT:-6390}" timeout 20 .venv/bin/ray status >/dev/null 2>&1; then
+  stop+=(scripts/stop-ray.sh)
+fi
+out=$(scripts/start-ray.sh)
+eval "$out"
+export RAY_ADDRESS
 
 # vLLM's CPU build (its own venv, cached in the user cache: ~2.5 min the first time, seconds after),
 # SGLang's parser source and the 38M-param model, so the vLLM tests run for real.

@@ -66,11 +66,20 @@ def with_timing_retries(check: Callable[[], None], attempts: int = 5) -> None:
 
 def processes_with_env(value: str) -> list[int]:
     """PIDs of processes whose environment mentions `value` (a test's unique temp folder)."""
+    return _processes_whose(value, "environ")
+
+
+def processes_naming(value: str) -> list[int]:
+    """PIDs of processes whose command line mentions `value` (a model's path, a cluster's folder)."""
+    return _processes_whose(value, "cmdline")
+
+
+def _processes_whose(value: str, part: str) -> list[int]:
     found = []
     for entry in Path("/proc").iterdir():
         if entry.name.isdigit() and int(entry.name) != os.getpid():
             try:
-                if value.encode() in (entry / "environ").read_bytes():
+                if value.encode() in (entry / part).read_bytes():
                     found.append(int(entry.name))
             except OSError:
                 continue

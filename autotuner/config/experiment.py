@@ -378,6 +378,17 @@ class KernelsConfig(_Strict):
     timeout_s: float = Field(4 * 3600.0, gt=0, description="Longest run of one tuning job.")
 
 
+class RayConfig(_Strict):
+    """The Ray cluster that runs the trials, with `executor: ray` (docs/ray.md)."""
+
+    address: str | None = Field(
+        None, description="The cluster's address (the head's host:port); default: RAY_ADDRESS from the "
+                          "environment, else a cluster started on this machine.")
+    trials_at_once: int | None = Field(
+        None, gt=0, description="Trials in flight at once (default: as many as the cluster's nodes hold of the "
+                                "engine's default config).")
+
+
 class ExperimentConfig(_Strict):
     """One experiment: the engine and model, the traffic and load, what is optimized, and how the study runs."""
 
@@ -387,6 +398,10 @@ class ExperimentConfig(_Strict):
     launcher: Literal["process", "docker"] = Field(
         "process", description="Run the engine as a local process or in a container (see docker).")
     docker: DockerConfig | None = Field(None, description="Container settings, for `launcher: docker`.")
+    executor: Literal["local", "ray"] = Field(
+        "local", description="Where trials run: on this machine (local), or each as a task on a Ray cluster's node "
+                             "that holds its GPUs and CPUs (ray; see ray).")
+    ray: RayConfig = RayConfig()
     model: ModelConfig
     hardware: HardwareConfig = HardwareConfig()
     search_space: Path = Field(description="Search-space file, relative to the experiment file.")

@@ -63,6 +63,7 @@ class StudyDriver:
     are handed in by the composition root (`autotuner/app.py`), each built from the driver's own facts
     (its study, folder, engine version, host, redactor): the driver knows neither tracking nor report.
     `ask`: with --advice ask, the user's say on each proposal (None: proposals are taken as they come).
+    `executor`: what runs each launch (core/executor.py here, executors/ray.py on a cluster).
     """
 
     def __init__(self, experiment: Experiment, *, engine: Engine, launcher: Launcher,
@@ -70,7 +71,8 @@ class StudyDriver:
                  progress: Callable[[int | None], Progress] | None = None, engine_version: str | None = None,
                  pool: Leases | None = None, ask: AskUser | None = None,
                  callbacks: Callable[[StudyDriver], Sequence[StudyCallback]] | None = None,
-                 advisors: Callable[[StudyDriver], Sequence[Advisor]] | None = None):
+                 advisors: Callable[[StudyDriver], Sequence[Advisor]] | None = None,
+                 executor: Callable[..., TrialExecutor] = TrialExecutor):
         self.exp = experiment
         self.cfg = experiment.config
         recheck(self.cfg)  # command-line overrides are applied after the file was validated
@@ -87,8 +89,8 @@ class StudyDriver:
         self.secrets = secrets.collect(self.cfg.secret_env)
         self.redact = secrets.Redactor(self.secrets)
         self.experiment_text = self.redact.text(resolved_experiment(experiment)) or ""  # each trial keeps it
-        self.executor = TrialExecutor(experiment, engine=engine, launcher=launcher, binary=binary,
-                                      secrets=self.secrets, pool=pool)
+        self.executor = executor(experiment, engine=engine, launcher=launcher, binary=binary,
+                                 secrets=self.secrets, pool=pool)
         self.executor.cache_dir = self._engine_cache() if self.cfg.engine_cache else None
         # The prompts' vocabulary and a dataset's counts, as the study's first launch found them: every
         # later launch, worker and resumed run makes the same requests (core/traffic.py).

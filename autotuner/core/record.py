@@ -42,6 +42,7 @@ REUSED_FROM = "reused_from"  # studies before duplicates were re-asked: a reused
 # Study user attributes.
 CONFIRMATION = "confirmation"  # {trial number: [value or None per confirmation launch]}
 CONFIRMATION_ORDER = "confirmation_order"  # the round's candidates, in measuring order
+CONFIRMATION_NODE = "confirmation_node"  # on a Ray cluster: the node every confirmation launch ran on
 TRAFFIC = "traffic"  # how prompts are made: the one-token words, BOS count, a dataset's counts (core/traffic.py)
 STOP_REASON = "stop_reason"
 QUALITY_REFERENCE = "quality_reference"  # the defaults' answers to the prompt set (quality.Answers.to_json)

@@ -56,6 +56,8 @@ def _env_rows(s: StudySummary) -> list[tuple[str, str]]:
         else:
             rows.append(("GPUs", "none seen (nvidia-smi / NVML absent or no device)"))
         rows.append(("Host", f"{host.get('hostname')} ({host.get('os')})"))
+    if s.confirmation_node:  # trials ran on a Ray cluster's nodes (each trial's run names its own)
+        rows.append(("Confirmation", f"every launch on Ray node {s.confirmation_node}"))
     if e.get("engine"):
         rows.append(("Engine", f"{e['engine']} {e.get('engine_version', '')} via the {e.get('launcher', '?')} launcher"
                      + (f", image {e['image']}" if e.get("image") else "")))

@@ -98,6 +98,7 @@ class StudySummary:
     best_files: list[str] = field(default_factory=list)
     stop_reason: str | None = None
     metrics: list[str] = field(default_factory=list)  # every objective metric (several: a Pareto front)
+    confirmation_node: str | None = None  # on a Ray cluster: where the confirmation's launches ran
     directions: list[str] = field(default_factory=list)
     front: list[TrialRow] = field(default_factory=list)  # the Pareto front, best first metric first
     confirmed: bool = False  # the winner was chosen from the confirmation round (else: provisional)
@@ -199,6 +200,7 @@ def summarize(study: optuna.Study, metric: str, top_k: int = 5, *, target: float
         baseline_failure=None if baseline or not unmeasured else _ending(unmeasured[-1]),
         environment=dict(attrs.get("environment") or {}), settings=dict(attrs.get("settings") or {}),
         target=target if target is not None else attrs.get("target"), stop_reason=attrs.get("stop_reason"),
+        confirmation_node=attrs.get(record.CONFIRMATION_NODE),
         metrics=list(study.metric_names or [metric]), directions=directions,
         confirmed=v.confirmed, gain=v.gain, gain_range=v.gain_range, flaky=list(v.flaky), gain_low=v.gain_low,
         contender=next((r for r in rows if v.contender is not None and r.number == v.contender.number), None),

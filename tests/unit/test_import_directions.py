@@ -15,12 +15,14 @@ FORBIDDEN = {
                 "an engine adapter is pure: params -> launch spec; advice lives in advisors/"),
     "bench": ({"engines", "core", "advisors", "report", "tracking", "launchers"},
               "the load generator knows HTTP, not engines: it is handed their /metrics names"),
-    "core": ({"tracking", "report", "compose", "cli"},
-             "the driver is handed its callbacks and advisors by the composition root"),
+    "core": ({"tracking", "report", "executors", "compose", "cli"},
+             "the driver is handed its callbacks, advisors and executor by the composition root"),
+    "executors": ({"tracking", "report", "compose", "cli"},
+                  "an executor runs launches where they go; the driver keeps the study's records"),
     "advisors": ({"core", "report", "tracking", "compose", "cli"},
                  "advisors read what the driver hands them (StudySoFar)"),
     "stages": ({"core", "report", "tracking", "compose", "cli"}, "stages run before the loop, below it"),
-    "util": ({"engines", "bench", "core", "advisors", "config", "launchers", "report", "stages", "tracking",
+    "util": ({"engines", "bench", "core", "advisors", "config", "launchers", "report", "stages", "tracking", "executors",
               "node", "models", "workloads", "quality", "compose", "cli"}, "the ground floor"),
 }
 

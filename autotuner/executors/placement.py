@@ -1,0 +1,69 @@
+"""What one trial asks of a cluster, and whether the cluster can give it (pure: no Ray here).
+
+A trial's engine and its load generator run on one node: a config needing 8 GPUs needs a node with 8
+free GPUs (Ray places a task on one node). On a CPU-only experiment a config asks for its threads, or a
+whole node when the engine uses every core it sees (llama.cpp's default).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class Node:
+    """One live node of the cluster, as Ray declares it."""
+
+    id: str
+    address: str
+    cpus: float
+    gpus: float
+
+    def describe(self) -> str:
+        gpus = f", {self.gpus:g} GPU(s)" if self.gpus else ""
+        return f"{self.address} ({self.id[:8]}: {self.cpus:g} CPU(s){gpus})"
+
+
+@dataclass(frozen=True)
+class Need:
+    """The resources one launch asks for on one node."""
+
+    cpus: float
+    gpus: int
+
+    def describe(self) -> str:
+        gpus = f"{self.gpus} GPU(s) and " if self.gpus else ""
+        return f"{gpus}{self.cpus:g} CPU(s) on one node"
+
+
+def need(gpus: int, threads: int | None, nodes: Sequence[Node], *, on_gpus: bool) -> Need:
+    """A config's need: `gpus` (TP x PP x DP; 0 on a GPU experiment: one, the engine's default) and
+    `threads` (None: every core of a node, so the largest node's count)."""
+    cpus = float(threads) if threads else max((n.cpus for n in nodes), default=1.0)
+    if on_gpus:
+        return Need(cpus=1.0 if not threads else cpus, gpus=max(gpus, 1))
+    return Need(cpus=cpus, gpus=0)
+
+
+def holds(node: Node, want: Need) -> bool:
+    return node.cpus >= want.cpus and node.gpus >= want.gpus
+
+
+def unplaceable(want: Need, nodes: Sequence[Node]) -> str | None:
+    """Why no node of the cluster can ever run this launch (None: one can)."""
+    if any(holds(n, want) for n in nodes):
+        return None
+    largest = ", ".join(n.describe() for n in nodes) or "no live node"
+    return f"needs {want.describe()}; the cluster's nodes: {largest}"
+
+
+def trials_at_once(want: Need, nodes: Sequence[Node]) -> int:
+    """How many launches of this need the cluster holds side by side (each node filled on its own)."""
+    total = 0
+    for n in nodes:
+        fits = [n.cpus // want.cpus if want.cpus else float("inf")]
+        if want.gpus:
+            fits.append(n.gpus // want.gpus)
+        total += int(min(fits))
+    return total

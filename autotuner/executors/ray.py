@@ -1,0 +1,368 @@
+"""Trials on a Ray cluster (`executor: ray`, or `autotuner run --ray ADDRESS`).
+
+The study's driver stays where the command runs: it asks Optuna, tells it, tracks and confirms as it
+does locally. Only the launch moves: `RayTrialExecutor.run` sends the whole trial (lease -> launch ->
+wait ready -> quality -> levels -> stop) to one node as a Ray task that asks for the config's GPUs and
+CPUs (`placement.py`), so the engine and its load generator run side by side on the node that holds
+those GPUs. The task reports each level to the study itself (the storage every node reaches), so
+Optuna prunes as it does locally; its progress lines come back through a queue; its files come back
+with its result. A node lost mid-trial is the trial's failure (`node-lost`, measured once more
+elsewhere); Ctrl-C cancels the task, whose engine is stopped with it (a killed task's engine dies with
+its worker process: PR_SET_PDEATHSIG in launchers/process.py).
+
+Ray is imported only here, and only when a study runs on a cluster (the extra `autotuner[ray]`).
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import tempfile
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from autotuner.config import ConfigError, Experiment
+from autotuner.core.executor import OnLevel, TrialExecutor, TrialResult
+from autotuner.executors import placement
+from autotuner.util.extras import MissingExtra, require
+
+if TYPE_CHECKING:
+    import optuna
+
+    from autotuner import quality
+    from autotuner.core.progress import Progress
+
+NAMESPACE = "autotuner"
+POLL_S = 0.5  # how often the driver looks at the task and its progress lines
+MAX_FILE_BYTES = 32 << 20  # a trial's file larger than this comes back cut to its end
+NODE_LOST = "node-lost"
+# What a node's task returns: the launch's result, its files by name, where it ran, its phases' seconds.
+NodeOutcome = tuple[TrialResult, dict[str, bytes], placement.Node, dict[str, float]]
+
+
+def connect(address: str | None) -> list[placement.Node]:
+    """Join the cluster at `address` (None: RAY_ADDRESS, else a cluster started on this machine) as a
+    driver; its live nodes. A cluster that does not answer is a ConfigError (exit 2)."""
+    try:
+        ray = require("ray", "ray", "executor: ray")
+    except MissingExtra as e:
+        raise ConfigError(str(e)) from None
+    if not ray.is_initialized():
+        try:
+            ray.init(address=address or os.environ.get("RAY_ADDRESS") or "auto", namespace=NAMESPACE,
+                     log_to_driver=False, logging_level="WARNING", configure_logging=False)
+        except (ConnectionError, RuntimeError, ValueError) as e:
+            where = address or os.environ.get("RAY_ADDRESS") or "auto (a cluster started on this machine)"
+            raise ConfigError(f"ray: no Ray cluster answers at {where}: {str(e).splitlines()[0]} "
+                              "(scripts/start-ray.sh starts one on this machine)") from None
+    return nodes()
+
+
+def nodes() -> list[placement.Node]:
+    import ray
+
+    return [placement.Node(id=n["NodeID"], address=n.get("NodeManagerAddress", "?"),
+                           cpus=float(n["Resources"].get("CPU", 0)), gpus=float(n["Resources"].get("GPU", 0)))
+            for n in ray.nodes() if n.get("Alive")]
+
+
+def absolute_storage(url: str) -> str:
+    """A SQLite URL relative to this process's folder, made absolute: a task's folder is not ours."""
+    prefix = "sqlite:///"
+    if url.startswith(prefix) and not url.startswith(prefix + "/") and ":memory:" not in url:
+        return prefix + str(Path(url[len(prefix):]).resolve())
+    return url
+
+
+def on_cluster(exp: Experiment) -> Experiment:
+    """The experiment as every node reads it: its study storage by an absolute path."""
+    cfg = exp.config
+    storage = absolute_storage(cfg.study.storage)
+    if storage == cfg.study.storage:
+        return exp
+    study = cfg.study.model_copy(update={"storage": storage})
+    return exp.model_copy(update={"config": cfg.model_copy(update={"study": study})})
+
+
+# --- the driver's side -----------------------------------------------------------------------------------
+
+@dataclass
+class _Launch:
+    """A task in flight, and what the driver has shown of it."""
+
+    ref: Any
+    need: placement.Need
+    started: bool = False
+    cancelled: bool = False
+
+
+class RayTrialExecutor(TrialExecutor):
+    """`TrialExecutor` whose launches run as Ray tasks (see the module docstring). Built by the
+    composition root with the cluster joined; the driver uses it as it uses the local one."""
+
+    def __init__(self, experiment: Experiment, **kwargs: Any):
+        super().__init__(on_cluster(experiment), **kwargs)
+        self.nodes = nodes()
+        self.pin: str | None = None  # confirmation: every launch on the node of its first
+        self.on_pin: Callable[[str], None] = lambda node: None  # told that node, once
+        self._relay: Any = None
+
+    def need_of(self, params: dict[str, Any]) -> placement.Need:
+        gpus = self.engine.gpus_needed(params, self.cfg.engine_args) if self.cfg.hardware.gpus > 0 else 0
+        return placement.need(gpus, self.engine.cpus_needed(params), self.nodes, on_gpus=self.cfg.hardware.gpus > 0)
+
+    def run(self, params: dict[str, Any], *, trial: optuna.Trial | None, trial_dir: Path, progress: Progress,
+            timings: dict[str, float], label: str, on_level: OnLevel = lambda step, metrics: None,
+            gate: quality.Gate | None = None, measure_levels: bool = True) -> TrialResult:
+        import ray
+
+        broken = self.infeasible(params, banned=trial is not None)
+        if broken:
+            return TrialResult("FAIL", failure_class="infeasible", reason="; ".join(broken))
+        want = self.need_of(params)
+        self.nodes = nodes()
+        if why := placement.unplaceable(want, self.nodes):
+            return TrialResult("FAIL", failure_class="infeasible", reason=f"no node of the Ray cluster fits: {why}")
+        if self._relay is None:  # on this machine's node: a queue on another node would die with it
+            from ray.util.queue import Queue
+            from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
+
+            here = NodeAffinitySchedulingStrategy(ray.get_runtime_context().get_node_id(), soft=True)
+            self._relay = Queue(actor_options={"num_cpus": 0, "scheduling_strategy": here})
+        job = TrialJob(experiment=self.exp, params=params, trial_id=getattr(trial, "_trial_id", None), label=label,
+                       gate=gate, measure_levels=measure_levels, binary=self.binary, bans=list(self.bans),
+                       cache_dir=str(self.cache_dir.resolve()) if self.cache_dir else None, relay=self._relay)
+        options: dict[str, Any] = {"num_cpus": want.cpus, "num_gpus": want.gpus, "max_retries": 0,
+                                   "name": f"{self.cfg.study_name}/{label}"}
+        if self.pin and trial is None and measure_levels:
+            from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
+
+            options["scheduling_strategy"] = NodeAffinitySchedulingStrategy(self.pin, soft=False)
+        progress.phase(f"waiting for {want.describe()} of the Ray cluster")
+        launch = _Launch(ray.remote(run_on_node).options(**options).remote(job), want)
+        t = time.perf_counter()
+        outcome = self._wait(launch, progress)
+        timings["cluster_s"] = time.perf_counter() - t
+        if isinstance(outcome, TrialResult):
+            self.records = outcome.records
+            return outcome
+        result, files, node, node_timings = outcome
+        timings.update(node_timings)
+        trial_dir.mkdir(parents=True, exist_ok=True)
+        for name, data in files.items():
+            (trial_dir / name).write_bytes(data)
+        result.launch_tags.update({"autotuner.ray_node": node.id, "autotuner.ray_node_address": node.address})
+        # A measured launch of no trial (confirmation, transfer): the ones after it run on the same node.
+        if trial is None and measure_levels and self.pin is None and result.state == "COMPLETE":
+            self.pin = node.id
+            self.on_pin(node.describe())
+            progress.note(f"    the confirmation's launches all run on one node: {node.describe()}")
+        for step, metrics in enumerate(result.level_metrics):
+            on_level(step, metrics)  # tracking charts each level, as it does for a local trial
+        self.records, self.answers, self.score = result.records, result.answers, result.quality
+        return result
+
+    def _wait(self, launch: _Launch, progress: Progress) -> TrialResult | NodeOutcome:
+        """Show the task's progress until it ends; Ctrl-C (the driver's stop) cancels it."""
+        import ray
+        from ray import exceptions as rx
+
+        while True:
+            ready, _ = ray.wait([launch.ref], timeout=POLL_S)
+            self._show(progress)
+            if ready:
+                break
+            if self.stop.requested and not launch.cancelled:
+                progress.phase(f"{self.stop.requested}: stopping the trial's task (its engine stops with it)")
+                ray.cancel(launch.ref)
+                launch.cancelled = True
+        try:
+            return ray.get(launch.ref)
+        except rx.TaskCancelledError:
+            by = self.stop.requested or "Ray"
+            return TrialResult("FAIL", failure_class="interrupted", reason=f"stopped by {by}: the task was cancelled")
+        except (rx.NodeDiedError, rx.WorkerCrashedError, rx.OwnerDiedError, rx.ActorDiedError,
+                rx.ObjectLostError) as e:
+            if launch.cancelled:
+                return TrialResult("FAIL", failure_class="interrupted", reason=f"stopped by {self.stop.requested}")
+            why = f"the node running the trial was lost ({type(e).__name__}): {_first_line(e)[:300]}"
+            return TrialResult("FAIL", failure_class=NODE_LOST, transient=True, reason=why)
+        except rx.RayTaskError as e:  # a bug on the node's side: the trial's failure, never the study's end
+            return TrialResult("FAIL", failure_class="internal", reason=f"on the node: {type(e.cause).__name__}: "
+                               f"{e.cause}", log_tail=str(e)[-4000:])
+        except rx.RayError as e:  # the cluster failed the task otherwise: the machine, not the config
+            return TrialResult("FAIL", failure_class=NODE_LOST, transient=True,
+                               reason=f"Ray failed the trial's task ({type(e).__name__}): {_first_line(e)[:300]}")
+        finally:
+            self._show(progress)
+
+    def _show(self, progress: Progress) -> None:
+        """The task's phases and notes, in the order it sent them. Lines are a courtesy: a queue that
+        fails (its node lost) is dropped, and the next launch makes another."""
+        from ray.util.queue import Empty
+
+        try:
+            while self._relay is not None:
+                kind, text = self._relay.get_nowait()
+                (progress.phase if kind == "phase" else progress.note)(text)
+        except Empty:
+            return
+        except Exception as e:  # the queue's actor is gone: the trial goes on without its lines
+            progress.note(f"    the trial's progress lines are lost ({type(e).__name__}); its result is not")
+            self._relay = None
+
+
+def _first_line(e: BaseException) -> str:
+    return str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+
+
+# --- the node's side -------------------------------------------------------------------------------------
+
+@dataclass
+class TrialJob:
+    """What a node needs to run one launch: everything else it reads from the experiment and the study."""
+
+    experiment: Experiment
+    params: dict[str, Any]
+    trial_id: int | None  # None: a launch that reports to no trial (confirmation, the quality reference)
+    label: str
+    gate: Any
+    measure_levels: bool
+    binary: str | None
+    bans: list[Any]
+    cache_dir: str | None
+    relay: Any
+
+
+class RelayedProgress:
+    """The executor's `progress` on a node: each phase and note goes to the driver's queue."""
+
+    def __init__(self, relay: Any):
+        self.relay = relay
+
+    def phase(self, text: str) -> None:
+        self._put("phase", text)
+
+    def note(self, text: str) -> None:
+        self._put("note", text)
+
+    def _put(self, kind: str, text: str) -> None:
+        # Sent, never waited for: a task blocked in ray.get lends its CPUs and GPUs back to Ray, which
+        # may start another trial on them. A caller's calls to one actor run in order.
+        try:
+            self.relay.actor.put_nowait.remote((kind, text))
+        except Exception:  # the driver's queue is gone: the line is lost, the trial goes on
+            pass
+
+
+def run_on_node(job: TrialJob) -> NodeOutcome:
+    """The Ray task: run one launch here with a local executor, on the GPUs Ray gave this task; its
+    result, the files it wrote, where it ran and how long each phase took."""
+    import optuna
+    import ray
+
+    from autotuner.core import record
+    from autotuner.core.study import open_study
+    from autotuner.core.traffic import keep_state
+    from autotuner.engines._base import get_engine
+    from autotuner.launchers import make_launcher
+    from autotuner.node.pool import Leases, Pool
+    from autotuner.util import secrets
+
+    exp, cfg = job.experiment, job.experiment.config
+    progress = RelayedProgress(job.relay)
+    context = ray.get_runtime_context()
+    here = next((n for n in nodes() if n.id == context.get_node_id()),
+                placement.Node(context.get_node_id(), "?", 0, 0))
+    progress.phase(f"on Ray node {here.describe()}")
+    workdir = Path(tempfile.mkdtemp(prefix="autotuner-ray-"))
+    try:
+        gpu_ids = [int(g) for g in ray.get_gpu_ids()]
+        pool = Leases(Pool.of_gpus(gpu_ids), directory=workdir / "leases") if gpu_ids else None
+        engine = get_engine(cfg.engine, exp.space.env_params)
+        launcher = make_launcher(exp, progress=progress.note)
+        executor = TrialExecutor(exp, engine=engine, launcher=launcher, binary=job.binary,
+                                 secrets=secrets.collect(cfg.secret_env), pool=pool)
+        # An engine of this study whose task died with its node's raylet may outlive it (a container is no
+        # child of the task): removed here. One whose owning task still runs is another trial's, and stays.
+        if reaped := launcher.reap(executor.labels):
+            progress.note(f"    removed {len(reaped)} engine(s) of this study left on this node by a lost task")
+        study = open_study(cfg, n_levels=cfg.load.max_steps)
+        executor.traffic.load = lambda: study.user_attrs.get(record.TRAFFIC)
+        executor.traffic.save = lambda state: keep_state(study, cfg.study.storage, state)
+        executor.bans = job.bans
+        executor.cache_dir = Path(job.cache_dir) if job.cache_dir else None
+        trial = optuna.trial.Trial(study, job.trial_id) if job.trial_id is not None else None
+        trial_dir, timings = workdir / job.label, dict[str, float]()
+        result = executor.run(job.params, trial=trial, trial_dir=trial_dir, progress=progress,  # type: ignore[arg-type]
+                              timings=timings, label=job.label, gate=job.gate, measure_levels=job.measure_levels)
+        return result, _files(trial_dir), here, timings
+    finally:
+        shutil.rmtree(workdir, ignore_errors=True)
+
+
+def _files(folder: Path) -> dict[str, bytes]:
+    """The trial's files by name (the log's end when one is huge)."""
+    out: dict[str, bytes] = {}
+    for path in sorted(folder.glob("*")) if folder.is_dir() else []:
+        if path.is_file():
+            size = path.stat().st_size
+            with path.open("rb") as f:
+                if size > MAX_FILE_BYTES:
+                    f.seek(size - MAX_FILE_BYTES)
+                out[path.name] = f.read()
+    return out
+
+
+# --- before the first trial ------------------------------------------------------------------------------
+
+def node_problems(exp: Experiment, binary: str | None, version: str) -> list[str]:
+    """What this node lacks to run the study's trials (run on each node as a task)."""
+    import optuna
+
+    cfg = exp.config
+    problems = []
+    import autotuner
+
+    if getattr(autotuner, "__version__", version) != version:
+        problems.append(f"autotuner {getattr(autotuner, '__version__', '?')} here, {version} on the driver")
+    if not exp.model_path.exists():
+        problems.append(f"no model at {exp.model_path}")
+    if cfg.launcher == "process" and binary and not Path(binary).is_file():
+        problems.append(f"no engine executable at {binary}")
+    if cfg.launcher == "docker" and shutil.which("docker") is None:
+        problems.append("no docker command")
+    try:
+        storage = optuna.storages.RDBStorage(cfg.study.storage, skip_table_creation=True)
+        storage.get_study_id_from_name(cfg.study_name)
+    except Exception as e:
+        problems.append(f"the study '{cfg.study_name}' is not in its storage {cfg.study.storage} as seen here "
+                        f"({_first_line(e)[:200]}): every node must reach one storage (docs/ray.md)")
+    return problems
+
+
+def check_nodes(exp: Experiment, binary: str | None) -> list[str]:
+    """Each live node's problems, one line each (empty: every node can run trials). The study must exist
+    in its storage already (the driver creates it)."""
+    import ray
+    from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
+
+    import autotuner
+
+    exp = on_cluster(exp)
+    version = getattr(autotuner, "__version__", "?")
+    probe = ray.remote(node_problems)
+    live = nodes()
+    on = [NodeAffinitySchedulingStrategy(n.id, soft=False) for n in live]
+    refs = [probe.options(num_cpus=0, max_retries=0, scheduling_strategy=s).remote(exp, binary, version) for s in on]
+    lines = []
+    for node, ref in zip(live, refs, strict=True):
+        try:
+            problems = ray.get(ref, timeout=120)
+        except Exception as e:  # the node could not even run the check
+            problems = [f"the check did not run: {type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}"]
+        lines += [f"node {node.describe()}: {p}" for p in problems]
+    return lines

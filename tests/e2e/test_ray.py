@@ -1,0 +1,168 @@
+"""Trials on a real Ray cluster of two nodes on this machine (scripts/start-ray.sh): the quickstart's
+llama-server study placed as Ray tasks, two at once, confirmed on one node; and the worker node killed
+mid-trial: that trial is recorded as `node-lost`, measured once more on the node left, and every trial is
+in the study and in MLflow once. No engine outlives the study."""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+import optuna
+import pytest
+from mlflow.tracking import MlflowClient
+
+from tests.support import REPO, launched, processes_naming, require
+
+pytestmark = pytest.mark.engine
+
+
+@contextmanager
+def cluster(port: int) -> Iterator[tuple[str, str]]:
+    """A private two-node cluster (the scripts users run), stopped at the end: its address and folder."""
+    folder = tempfile.mkdtemp(prefix=f"atr-{port}-", dir="/tmp")  # Ray's socket paths must stay short
+    env = {**os.environ, "RAY_PORT": str(port), "AUTOTUNER_RAY_DIR": folder}
+    try:
+        out = subprocess.run([str(REPO / "scripts/start-ray.sh")], env=env, capture_output=True, text=True,
+                             timeout=180)
+        assert out.returncode == 0, out.stderr
+        assert out.stdout.strip() == f"export RAY_ADDRESS=127.0.0.1:{port}"
+        yield f"127.0.0.1:{port}", folder
+    finally:
+        stop = subprocess.run([str(REPO / "scripts/stop-ray.sh")], env=env, capture_output=True, text=True,
+                              timeout=120)
+        assert stop.returncode == 0 and not processes_naming(folder), f"a process of the cluster is left: {stop.stderr}"
+
+
+@pytest.fixture(scope="module")
+def ray_address() -> Iterator[str]:
+    """The cluster CI started (RAY_ADDRESS), else a private one for this module."""
+    try:
+        import ray  # noqa: F401
+    except ImportError:
+        require("Ray", "Ray is not installed: pip install -e '.[ray]'")
+    if os.environ.get("RAY_ADDRESS"):
+        yield os.environ["RAY_ADDRESS"]
+        return
+    with cluster(free_port()) as (address, _):
+        yield address
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def parent_of(pid: int) -> int:
+    try:
+        return int(Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[1])
+    except (OSError, IndexError, ValueError):
+        return 0
+
+
+def descends_from(pid: int, ancestor: int) -> bool:
+    while pid > 1:
+        pid = parent_of(pid)
+        if pid == ancestor:
+            return True
+    return False
+
+
+def write_study(tmp_path: Path, model: Path, *, num_prompts: int, confirm: str, extra: str = "") -> Path:
+    (tmp_path / "space.yaml").write_text("engine: llamacpp\nparams:\n  parallel: {type: int, low: 1, high: 8}\n"
+                                         "  batch_size: {type: categorical, choices: [128, 512, 2048]}\n")
+    path = tmp_path / "exp.yaml"
+    path.write_text(
+        f"name: on-ray\nengine: llamacpp\nexecutor: ray\nmodel: {{path: {model}}}\nsearch_space: space.yaml\n"
+        f"workload: {{num_prompts: {num_prompts}, input_len: 16, output_len: 32, warmup_requests: 0}}\n"
+        "load: {max_concurrency: [2, 4]}\nstudy: {storage: 'sqlite:///autotuner.db', seed: 1}\n"
+        f"stop: {{patience: 20}}\nconfirm: {confirm}\nstartup_timeout_s: 60\n{extra}")
+    return path
+
+
+def env_for(tmp_path: Path, llama_server: str) -> dict[str, str]:
+    return {**os.environ, "PYTHONPATH": str(REPO), "NO_COLOR": "1", "COLUMNS": "200",
+            "AUTOTUNER_CACHE": str(tmp_path / "cache"), "AUTOTUNER_LLAMA_SERVER": llama_server}
+
+
+def tuner_argv(exp: Path, address: str, tmp_path: Path) -> list[str]:
+    return [sys.executable, "-m", "autotuner.cli", "run", "-e", str(exp), "--trials", "4", "--ray", address,
+            "--tracking-uri", f"sqlite:///{tmp_path}/mlflow.db"]
+
+
+def runs_by_trial(tmp_path: Path) -> list[int]:
+    client = MlflowClient(f"sqlite:///{tmp_path}/mlflow.db")
+    experiment = client.get_experiment_by_name("on-ray")
+    assert experiment is not None
+    runs = client.search_runs([experiment.experiment_id], max_results=1000)
+    return sorted(int(r.data.tags["autotuner.trial"]) for r in runs if "autotuner.trial" in r.data.tags)
+
+
+def test_a_study_runs_its_trials_as_tasks_on_both_nodes_and_confirms_on_one(tmp_path, tiny_model, llama_server,
+                                                                           ray_address):
+    exp = write_study(tmp_path, tiny_model, num_prompts=8, confirm="{top_k: 1, repeats: 1}")
+    out = subprocess.run(tuner_argv(exp, ray_address, tmp_path), cwd=tmp_path, env=env_for(tmp_path, llama_server),
+                         capture_output=True, text=True, timeout=600)
+    assert out.returncode == 0, out.stderr[-4000:]
+    assert "Ray cluster: 2 node(s)" in out.stderr
+    assert "every node reaches the study's storage, the model and the engine" in out.stderr
+    assert "2 trial(s) at once on the Ray cluster" in out.stderr  # llama.cpp's default threads: a node each
+    trials = launched(optuna.load_study(study_name="on-ray", storage=f"sqlite:///{tmp_path}/autotuner.db").trials)
+    assert len(trials) == 4 and all(t.state.name == "COMPLETE" for t in trials), \
+        [(t.number, t.user_attrs.get("failure_reason")) for t in trials]
+    nodes = {t.user_attrs["launch_tags"]["autotuner.ray_node"] for t in trials}
+    assert len(nodes) == 2  # two at once, each a node's every core: both nodes ran trials
+    assert runs_by_trial(tmp_path) == sorted(t.number for t in trials)
+    summary = optuna.load_study(study_name="on-ray", storage=f"sqlite:///{tmp_path}/autotuner.db").user_attrs
+    assert any(f"({n[:8]}:" in summary.get("confirmation_node", "") for n in nodes), summary.get("confirmation_node")
+    assert "every launch on Ray node" in (tmp_path / "results" / "on-ray" / "report.md").read_text()
+    assert not processes_naming(str(tiny_model)), "an engine outlived its trial"
+
+
+def test_a_node_lost_mid_trial_is_recorded_and_its_trial_measured_again_elsewhere(tmp_path, small_model, llama_server):
+    # No quality gate: the first launch on each node is a trial (the reference launch is not one).
+    exp = write_study(tmp_path, small_model, num_prompts=24, confirm="{top_k: 0}", extra="quality: off\n")
+    with cluster(free_port()) as (address, folder):
+        raylets = {p: Path(f"/proc/{p}/cmdline").read_bytes() for p in processes_naming(folder)
+                   if b"raylet/raylet" in Path(f"/proc/{p}/cmdline").read_bytes()}
+        worker_raylet, argv = next((p, a) for p, a in raylets.items() if b"autotuner-worker" in a)
+        worker_node = argv.split(b"--node_id=")[1].split(b"\0")[0].decode()
+        tuner = subprocess.Popen(tuner_argv(exp, address, tmp_path), cwd=tmp_path, env=env_for(tmp_path, llama_server),
+                                 stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        try:
+            deadline = time.monotonic() + 300
+            while not any(descends_from(p, worker_raylet) for p in processes_naming(str(small_model))):
+                assert tuner.poll() is None and time.monotonic() < deadline, "no trial reached the worker node"
+                time.sleep(0.1)
+            time.sleep(2)  # the engine is up and being measured
+            os.kill(worker_raylet, signal.SIGKILL)  # the node is gone: its raylet, its workers, their engines
+            _, err = tuner.communicate(timeout=600)
+        finally:
+            if tuner.poll() is None:
+                tuner.kill()
+    assert tuner.returncode == 0, err[-4000:]
+    study = optuna.load_study(study_name="on-ray", storage=f"sqlite:///{tmp_path}/autotuner.db")
+    trials = launched(study.trials)
+    shown = [(t.number, t.state.name, t.user_attrs.get("failure_class"), t.user_attrs.get("retry_of")) for t in trials]
+    lost = [t for t in trials if t.user_attrs.get("failure_class") == "node-lost"]
+    assert len(lost) == 1, shown
+    assert "the node running the trial was lost" in lost[0].user_attrs["failure_reason"]
+    retry = [t for t in trials if t.user_attrs.get("retry_of") == lost[0].number]
+    assert len(retry) == 1 and retry[0].state.name == "COMPLETE", shown
+    assert retry[0].params == lost[0].params
+    assert retry[0].user_attrs["launch_tags"]["autotuner.ray_node"] != worker_node  # elsewhere: the node left
+    # Every trial once in the study (numbers without gaps or repeats) and once in MLflow; the rest measured.
+    assert len(trials) == 4 and sum(t.state.name == "COMPLETE" for t in trials) == 3, shown
+    assert sorted(t.number for t in study.trials) == list(range(len(study.trials)))
+    assert runs_by_trial(tmp_path) == sorted(t.number for t in trials)
+    assert "node-lost may be the machine, not the config: measuring it once more" in err
+    assert not processes_naming(str(small_model)), "an engine outlived its node"

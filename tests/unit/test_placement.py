@@ -1,0 +1,54 @@
+"""What a trial asks of a Ray cluster, and whether the cluster can give it: the pure rules of
+executors/placement.py, and the study storage every node must read the same way."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from autotuner.executors import placement
+from autotuner.executors.placement import Need, Node
+
+
+def nodes(*shapes: tuple[float, float]) -> list[Node]:
+    return [Node(id=f"n{i}" + "0" * 8, address=f"10.0.0.{i}", cpus=c, gpus=g) for i, (c, g) in enumerate(shapes)]
+
+
+def test_a_gpu_config_asks_for_its_gpus_and_one_cpu_on_one_node():
+    cluster = nodes((64, 8), (64, 8))
+    assert placement.need(4, None, cluster, on_gpus=True) == Need(cpus=1.0, gpus=4)
+    assert placement.need(0, None, cluster, on_gpus=True) == Need(cpus=1.0, gpus=1)  # the engine's default: one
+
+
+def test_a_cpu_config_asks_for_its_threads_or_a_whole_node():
+    cluster = nodes((2, 0), (8, 0))
+    assert placement.need(0, 1, cluster, on_gpus=False) == Need(cpus=1.0, gpus=0)
+    assert placement.need(0, None, cluster, on_gpus=False) == Need(cpus=8.0, gpus=0)  # every core it sees
+
+
+def test_a_launch_no_node_holds_is_named_with_the_nodes_it_saw():
+    cluster = nodes((64, 8), (64, 4))
+    assert placement.unplaceable(Need(cpus=1, gpus=8), cluster) is None
+    why = placement.unplaceable(Need(cpus=1, gpus=16), cluster)
+    assert why is not None and "16 GPU(s)" in why and "10.0.0.0" in why and "10.0.0.1" in why
+    assert "no live node" in (placement.unplaceable(Need(cpus=1, gpus=0), []) or "")
+
+
+@pytest.mark.parametrize(("want", "expected"), [
+    (Need(cpus=1, gpus=1), 16),   # a GPU each: every GPU of both nodes
+    (Need(cpus=1, gpus=8), 2),    # a node each
+    (Need(cpus=1, gpus=3), 4),    # two per node, two GPUs left idle on each
+    (Need(cpus=40, gpus=1), 2),   # CPUs bind first
+])
+def test_trials_at_once_fills_each_node_on_its_own(want, expected):
+    assert placement.trials_at_once(want, nodes((64, 8), (64, 8))) == expected
+
+
+def test_a_relative_sqlite_storage_becomes_absolute_for_the_nodes(tmp_path, monkeypatch):
+    from autotuner.executors.ray import absolute_storage
+
+    monkeypatch.chdir(tmp_path)
+    assert absolute_storage("sqlite:///autotuner.db") == f"sqlite:///{Path(tmp_path).resolve()}/autotuner.db"
+    for kept in ("sqlite:////abs/x.db", "postgresql://u@h/db", "sqlite:///:memory:"):
+        assert absolute_storage(kept) == kept
