@@ -505,10 +505,11 @@ def best(
     fmt: str = typer.Option("args", "--format", "-f",
                             help="args (the command as the study launched it: the engine's, or `docker run` for "
                                  "launcher docker), docker (`docker run` line), config (the engine's own config "
-                                 "file), yaml, env (environment variables the engine reads), or k8s (a Kubernetes "
-                                 "Deployment and Service of the same container)."),
-    image: str | None = typer.Option(None, "--image", help="Image for --format docker or k8s (default: the study's, "
-                                        "else the engine's)."),
+                                 "file), yaml, env (environment variables the engine reads), k8s (a Kubernetes "
+                                 "Deployment and Service of the same container), or helm-values (vLLM: values for "
+                                 "the vLLM production stack's chart)."),
+    image: str | None = typer.Option(None, "--image", help="Image for --format docker, k8s or helm-values "
+                                        "(default: the study's, else the engine's)."),
     out: Path | None = typer.Option(None, "--out", "-o", help="Write to this file instead of stdout."),
 ) -> None:
     """Print the best configuration, ready to run."""

@@ -17,6 +17,7 @@ the one builder every trial used) to text, and never looks at the disk, Docker o
 - `env`    environment variables the engine reads (llama.cpp's LLAMA_ARG_*, from the `set_env` of
            each option in common/arg.cpp); options without one are listed as still needing their flag.
 - `k8s`    a Kubernetes Deployment and Service of the same container (report/kubernetes.py).
+- `helm-values`  values for the vLLM production stack's chart, the same container (report/helm_values.py).
 """
 
 from __future__ import annotations
@@ -29,7 +30,7 @@ import yaml
 
 from autotuner.engines._base import LaunchSpec
 
-FORMATS = ("args", "docker", "config", "yaml", "env", "k8s")
+FORMATS = ("args", "docker", "config", "yaml", "env", "k8s", "helm-values")
 
 # llama.cpp: short flag -> (long option name, env var or None). From common/arg.cpp of the vendored
 # llama.cpp (llama-cpp-python 0.3.36): -tb has no env var.

@@ -82,8 +82,8 @@ def target(exp: Experiment) -> float | None:
 def winner_text(fmt: str, engine: Engine, exp: Experiment, row: report.TrialRow, binary: str | None,
                 version: str, image: str | None = None) -> str:
     """A trial (the best) in one of export.FORMATS, built as its trials were launched (autotuner.core.launch)."""
-    if fmt == "k8s":
-        return _k8s(engine, exp, row, image, version)
+    if fmt in ("k8s", "helm-values"):
+        return _k8s(engine, exp, row, image, version, fmt)
     winner = launch.planned(exp, engine, row.params, port=launch.EXPORT_PORT, binary=binary,
                             host_port=launch.EXPORT_PORT)
     docker = launch.docker_argv(exp, engine, row.params, host_port=launch.EXPORT_PORT, image=image, version=version)
@@ -93,8 +93,9 @@ def winner_text(fmt: str, engine: Engine, exp: Experiment, row: report.TrialRow,
                          summary={"trial": row.number, exp.config.objective.metric: row.value})
 
 
-def _k8s(engine: Engine, exp: Experiment, row: report.TrialRow, image: str | None, version: str) -> str:
-    from autotuner.report import kubernetes
+def _k8s(engine: Engine, exp: Experiment, row: report.TrialRow, image: str | None, version: str,
+         fmt: str = "k8s") -> str:
+    from autotuner.report import helm_values, kubernetes
 
     c = launch.in_container(exp, engine, row.params, port=launch.EXPORT_PORT, image=image, version=version)
     if c.settings.network_host:  # a pod has its own network: the server must listen on it, not on loopback
@@ -103,15 +104,16 @@ def _k8s(engine: Engine, exp: Experiment, row: report.TrialRow, image: str | Non
         c = launch.in_container(exp, engine, row.params, port=launch.EXPORT_PORT, image=image, version=version)
     g = c.gpus
     if g == "all" and not exp.config.hardware.gpus:
-        raise export.ExportError("--format k8s: docker.gpus is 'all' but hardware.gpus is 0: set hardware.gpus "
+        raise export.ExportError(f"--format {fmt}: docker.gpus is 'all' but hardware.gpus is 0: set hardware.gpus "
                                  "to the GPUs the engine needs")
     gpus = exp.config.hardware.gpus if g == "all" else g if isinstance(g, int) else len(g) if g else 0
     metric = exp.config.objective.metric
+    annotations = {"autotuner/study": exp.config.study_name, "autotuner/trial": str(row.number),
+                   f"autotuner/{metric}": f"{row.value:.1f}"}
+    if fmt == "helm-values":
+        return helm_values.values(c, name=exp.config.study_name, gpus=gpus, annotations=annotations)
     return kubernetes.manifests(c, name=exp.config.study_name, gpus=gpus,
-                                startup_timeout_s=exp.config.startup_timeout_s,
-                                annotations={"autotuner/study": exp.config.study_name,
-                                             "autotuner/trial": str(row.number),
-                                             f"autotuner/{metric}": f"{row.value:.1f}"})
+                                startup_timeout_s=exp.config.startup_timeout_s, annotations=annotations)
 
 
 def study_binary(study: optuna.Study, exp: Experiment, engine: Engine) -> str | None:

@@ -262,3 +262,30 @@ def test_the_k8s_export_is_valid_kubernetes_and_runs_the_docker_line_container(s
     startup = container["startupProbe"]
     assert startup["periodSeconds"] * startup["failureThreshold"] >= cfg.startup_timeout_s
     assert docs[1]["spec"]["selector"] == docs[0]["spec"]["selector"]["matchLabels"]
+
+
+def test_the_helm_values_render_the_docker_line_container_for_vllm_and_are_refused_for_others(study):
+    import jsonschema
+    import yaml
+
+    from tests.helm_chart import SCHEMA, options, rendered_args
+
+    if study["exp"].config.engine != "vllm":
+        result = CliRunner().invoke(app, ["best", "--format", "helm-values", "--storage", study["storage"],
+                                          "--study", study["exp"].config.study_name])
+        assert result.exit_code == 2 and "vLLM only" in result.output
+        return
+    doc = yaml.safe_load(cli(study, "best", "--format", "helm-values"))
+    jsonschema.Draft202012Validator(SCHEMA).validate(doc)
+    (spec,) = doc["servingEngineSpec"]["modelSpec"]
+    docker = shlex.split(cli(study, "best", "--format", "docker"))
+    entry = docker.index("--entrypoint")
+    assert f"{spec['repository']}:{spec['tag']}" == docker[entry + 2]
+    container = options([docker[entry + 1], *docker[entry + 3:]])
+    rendered = options(rendered_args(spec))
+    defaults = {"--tensor-parallel-size": "1", "--enable-prefix-caching": None}  # what the chart always writes
+    assert rendered == {**{k: v for k, v in defaults.items() if k not in container and
+                           (k != "--enable-prefix-caching" or "--no-enable-prefix-caching" not in container)},
+                        **container}
+    gpus = docker[docker.index("--gpus") + 1] if "--gpus" in docker else "0"
+    assert str(spec["requestGPU"]) == gpus
