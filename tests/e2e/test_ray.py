@@ -166,3 +166,14 @@ def test_a_node_lost_mid_trial_is_recorded_and_its_trial_measured_again_elsewher
     assert runs_by_trial(tmp_path) == sorted(t.number for t in trials)
     assert "node-lost may be the machine, not the config: measuring it once more" in err
     assert not processes_naming(str(small_model)), "an engine outlived its node"
+
+
+def test_a_cluster_that_cannot_hold_the_defaults_is_one_clear_error_before_any_trial(tmp_path, tiny_model,
+                                                                                      llama_server, ray_address):
+    exp = write_study(tmp_path, tiny_model, num_prompts=8, confirm="{top_k: 0}", extra="hardware: {gpus: 1}\n")
+    out = subprocess.run(tuner_argv(exp, ray_address, tmp_path), cwd=tmp_path, env=env_for(tmp_path, llama_server),
+                         capture_output=True, text=True, timeout=300)
+    assert out.returncode == 2, out.stderr[-3000:]
+    assert "the Ray cluster cannot run the engine's defaults: needs 1 GPU(s) and 1 CPU(s) on one node" in out.stderr
+    study = optuna.load_study(study_name="on-ray", storage=f"sqlite:///{tmp_path}/autotuner.db")
+    assert study.trials == []
