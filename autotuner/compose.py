@@ -187,14 +187,12 @@ def check_cluster(driver: StudyDriver, say: Say) -> None:
 
 
 def ray_workers(driver: StudyDriver, trials: int) -> int:
-    """How many trials a Ray study keeps in flight: `ray.trials_at_once`, else as many launches of the
-    engine's defaults as the cluster's nodes hold side by side; never more than the trials asked for."""
+    """How many trials a Ray study keeps in flight (executors/placement.py: trials_in_flight)."""
     from autotuner.executors import placement
     from autotuner.executors import ray as on_ray
 
     executor = cast("on_ray.RayTrialExecutor", driver.executor)
-    at_once = driver.cfg.ray.trials_at_once or placement.trials_at_once(executor.need_of({}), executor.nodes)
-    return max(1, min(at_once, trials))
+    return placement.trials_in_flight(executor.need_of({}), executor.nodes, trials, driver.cfg.ray.trials_at_once)
 
 
 def worker_pool(exp: Experiment, parallel: int, gpus: str | None) -> Leases | None:

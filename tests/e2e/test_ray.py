@@ -94,8 +94,8 @@ def env_for(tmp_path: Path, llama_server: str) -> dict[str, str]:
             "AUTOTUNER_CACHE": str(tmp_path / "cache"), "AUTOTUNER_LLAMA_SERVER": llama_server}
 
 
-def tuner_argv(exp: Path, address: str, tmp_path: Path) -> list[str]:
-    return [sys.executable, "-m", "autotuner.cli", "run", "-e", str(exp), "--trials", "4", "--ray", address,
+def tuner_argv(exp: Path, address: str, tmp_path: Path, trials: int = 4) -> list[str]:
+    return [sys.executable, "-m", "autotuner.cli", "run", "-e", str(exp), "--trials", str(trials), "--ray", address,
             "--tracking-uri", f"sqlite:///{tmp_path}/mlflow.db"]
 
 
@@ -110,14 +110,15 @@ def runs_by_trial(tmp_path: Path) -> list[int]:
 def test_a_study_runs_its_trials_as_tasks_on_both_nodes_and_confirms_on_one(tmp_path, tiny_model, llama_server,
                                                                            ray_address):
     exp = write_study(tmp_path, tiny_model, num_prompts=8, confirm="{top_k: 1, repeats: 1}")
-    out = subprocess.run(tuner_argv(exp, ray_address, tmp_path), cwd=tmp_path, env=env_for(tmp_path, llama_server),
-                         capture_output=True, text=True, timeout=600)
+    out = subprocess.run(tuner_argv(exp, ray_address, tmp_path, trials=8), cwd=tmp_path,
+                         env=env_for(tmp_path, llama_server), capture_output=True, text=True, timeout=600)
     assert out.returncode == 0, out.stderr[-4000:]
     assert "Ray cluster: 2 node(s)" in out.stderr
     assert "every node reaches the study's storage, the model and the engine" in out.stderr
-    assert "2 trial(s) at once on the Ray cluster" in out.stderr  # llama.cpp's default threads: a node each
+    # llama.cpp's default threads take a node each: 2 at once (8 trials: a quarter of them would allow 2).
+    assert "2 trial(s) at once on the Ray cluster" in out.stderr
     trials = launched(optuna.load_study(study_name="on-ray", storage=f"sqlite:///{tmp_path}/autotuner.db").trials)
-    assert len(trials) == 4 and all(t.state.name == "COMPLETE" for t in trials), \
+    assert len(trials) == 8 and all(t.state.name == "COMPLETE" for t in trials), \
         [(t.number, t.user_attrs.get("failure_reason")) for t in trials]
     nodes = {t.user_attrs["launch_tags"]["autotuner.ray_node"] for t in trials}
     assert len(nodes) == 2  # two at once, each a node's every core: both nodes ran trials
@@ -130,7 +131,8 @@ def test_a_study_runs_its_trials_as_tasks_on_both_nodes_and_confirms_on_one(tmp_
 
 def test_a_node_lost_mid_trial_is_recorded_and_its_trial_measured_again_elsewhere(tmp_path, small_model, llama_server):
     # No quality gate: the first launch on each node is a trial (the reference launch is not one).
-    exp = write_study(tmp_path, small_model, num_prompts=24, confirm="{top_k: 0}", extra="quality: off\n")
+    exp = write_study(tmp_path, small_model, num_prompts=24, confirm="{top_k: 0}",
+                      extra="quality: off\nray: {trials_at_once: 2}\n")  # a trial on each node from the start
     with cluster(free_port()) as (address, folder):
         raylets = {p: Path(f"/proc/{p}/cmdline").read_bytes() for p in processes_naming(folder)
                    if b"raylet/raylet" in Path(f"/proc/{p}/cmdline").read_bytes()}
@@ -145,7 +147,7 @@ def test_a_node_lost_mid_trial_is_recorded_and_its_trial_measured_again_elsewher
                 time.sleep(0.1)
             time.sleep(2)  # the engine is up and being measured
             os.kill(worker_raylet, signal.SIGKILL)  # the node is gone: its raylet, its workers, their engines
-            _, err = tuner.communicate(timeout=600)
+            _, err = tuner.communicate(timeout=900)
         finally:
             if tuner.poll() is None:
                 tuner.kill()

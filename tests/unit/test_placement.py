@@ -52,3 +52,14 @@ def test_a_relative_sqlite_storage_becomes_absolute_for_the_nodes(tmp_path, monk
     assert absolute_storage("sqlite:///autotuner.db") == f"sqlite:///{Path(tmp_path).resolve()}/autotuner.db"
     for kept in ("sqlite:////abs/x.db", "postgresql://u@h/db", "sqlite:///:memory:"):
         assert absolute_storage(kept) == kept
+
+
+def test_trials_in_flight_keep_four_rounds_of_results_for_the_sampler_unless_told():
+    cluster = nodes(*[(64, 8)] * 8)  # 64 GPUs: 64 one-GPU launches fit side by side
+    one = Need(cpus=1, gpus=1)
+    assert placement.trials_in_flight(one, cluster, trials=64) == 16  # a quarter of the budget
+    assert placement.trials_in_flight(one, cluster, trials=1000) == 64  # what the nodes hold
+    assert placement.trials_in_flight(Need(cpus=1, gpus=8), cluster, trials=100) == 8
+    assert placement.trials_in_flight(one, cluster, trials=3) == 1
+    assert placement.trials_in_flight(one, cluster, trials=64, told=40) == 40  # ray.trials_at_once
+    assert placement.trials_in_flight(one, cluster, trials=10, told=40) == 10  # never more than asked
