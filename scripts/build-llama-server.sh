@@ -9,7 +9,11 @@ cache="${AUTOTUNER_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/autotuner}"
 # Built for this CPU (GGML_NATIVE: AVX-512 where present, about twice AVX2's speed here), so the cache is
 # keyed by the CPU's feature flags too: another CPU gets its own build instead of an illegal instruction.
 cpu="$(grep -m1 -E '^(flags|Features)' /proc/cpuinfo 2>/dev/null | sha256sum | cut -c1-8)"
-dest="$cache/llama-server/$version-$(uname -m)-$cpu"
+# Without AMX: ggml's AMX kernels died of SIGILL (tilezero in tinygemm_kernel_amx, serving a q8_0 model)
+# on a Xeon VM whose cpuid shows AMX. GCC's explicit -mno-* win over -march=native in any order. The
+# folder's suffix is autotuner/util/paths.py's LLAMA_BUILD (a build without it is not this one).
+flavour=noamx
+dest="$cache/llama-server/$version-$(uname -m)-$cpu-$flavour"
 bin="$dest/llama-server"
 
 say() { echo "[build-llama-server] $*" >&2; }
@@ -35,7 +39,14 @@ tar -xzf "$work"/llama_cpp_python-*.tar.gz -C "$work"
 src="$(echo "$work"/llama_cpp_python-*/vendor/llama.cpp)"
 
 say "3/4 configuring"
+no_amx=(-mno-amx-tile -mno-amx-int8 -mno-amx-bf16)
+if [ "$(uname -m)" = x86_64 ] && echo 'int main() { return 0; }' | c++ -x c++ "${no_amx[@]}" -o /dev/null - 2>/dev/null; then
+  flags="${no_amx[*]}"
+else
+  flags=""  # another architecture, or a compiler that knows no AMX (and so never emits it)
+fi
 cmake -S "$src" -B "$work/build" -G Ninja -DCMAKE_BUILD_TYPE=Release \
+  -DCMAKE_C_FLAGS="$flags" -DCMAKE_CXX_FLAGS="$flags" \
   -DLLAMA_BUILD_SERVER=ON -DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_EXAMPLES=OFF \
   -DLLAMA_BUILD_UI=OFF -DLLAMA_USE_PREBUILT_UI=OFF -DLLAMA_OPENSSL=OFF -DLLAMA_CURL=OFF \
   -DBUILD_SHARED_LIBS=OFF -DGGML_NATIVE=ON >"$work/configure.log" 2>&1 \

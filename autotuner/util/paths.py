@@ -12,6 +12,7 @@ import shutil
 from pathlib import Path
 
 LLAMA_CPP_PYTHON_VERSION = "0.3.36"  # the sdist llama-server is built from; scripts/build-llama-server.sh
+LLAMA_BUILD = "noamx"  # how scripts/build-llama-server.sh builds it (its folder's suffix)
 
 
 def cache_dir() -> Path:
@@ -36,8 +37,8 @@ def llama_server_binary() -> Path | None:
     """The llama-server to run: $AUTOTUNER_LLAMA_SERVER, else this CPU's cached build, else one on PATH."""
     if env := os.environ.get("AUTOTUNER_LLAMA_SERVER"):
         return Path(env)
-    built = (cache_dir() / "llama-server" / f"{LLAMA_CPP_PYTHON_VERSION}-{platform.machine()}-{cpu_key()}"
-             / "llama-server")
+    built = (cache_dir() / "llama-server"
+             / f"{LLAMA_CPP_PYTHON_VERSION}-{platform.machine()}-{cpu_key()}-{LLAMA_BUILD}" / "llama-server")
     if built.is_file():
         return built
     found = shutil.which("llama-server")
