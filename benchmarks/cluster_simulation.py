@@ -156,9 +156,9 @@ def run_study(folder: Path, workers: int | str, budget: int, seed: int) -> dict[
     exp = load_experiment(folder / "exp.yaml")
     engine = get_engine("vllm")
     nodes = [placement.Node(f"node{i}", f"10.0.0.{i}", 64, GPUS_PER_NODE) for i in range(NODES)]
-    want = placement.need(engine.gpus_needed({}, exp.config.engine_args), None, nodes, on_gpus=True)
+    want = placement.config_need(engine, exp.config, {}, nodes)  # the defaults' need, as the executor asks it
     if workers == "auto":  # what `autotuner run --ray` starts (compose.ray_workers)
-        workers = placement.trials_in_flight(want, nodes, budget)
+        workers = placement.trials_in_flight(want, nodes, budget, exp.config.ray.trials_at_once)
     elif workers == "fill":  # as many launches of the defaults as the nodes hold (the rule before ROUNDS)
         workers = min(placement.trials_at_once(want, nodes), budget)
     n = int(workers)
@@ -169,10 +169,10 @@ def run_study(folder: Path, workers: int | str, budget: int, seed: int) -> dict[
 
     def lookup(params: dict[str, Any], **_: Any) -> TrialResult:
         p = {**DEFAULTS, **params}
-        gpus = engine.gpus_needed(p)
-        if gpus > GPUS_PER_NODE:  # what the executor's own check refuses before a launch
-            return TrialResult("FAIL", failure_class="infeasible", reason=f"{gpus} GPUs: more than a node holds")
-        ended = cluster.occupy(gpus, seconds(p))
+        need = placement.config_need(engine, exp.config, params, nodes)
+        if why := placement.unplaceable(need, nodes):  # what the executor refuses before a launch
+            return TrialResult("FAIL", failure_class="infeasible", reason=f"no node of the Ray cluster fits: {why}")
+        ended = cluster.occupy(need.gpus, seconds(p))
         v = value(p)
         with cluster.lock:
             measured.append((ended, v))

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Any
 
 
 @dataclass(frozen=True)
@@ -44,6 +45,13 @@ def need(gpus: int, threads: int | None, nodes: Sequence[Node], *, on_gpus: bool
     if on_gpus:
         return Need(cpus=1.0 if not threads else cpus, gpus=max(gpus, 1))
     return Need(cpus=cpus, gpus=0)
+
+
+def config_need(engine: Any, cfg: Any, params: dict[str, Any], nodes: Sequence[Node]) -> Need:
+    """What a launch of `params` asks (the engine's gpus_needed and cpus_needed on experiment `cfg`)."""
+    on_gpus = cfg.hardware.gpus > 0
+    gpus = engine.gpus_needed(params, cfg.engine_args) if on_gpus else 0
+    return need(gpus, engine.cpus_needed(params), nodes, on_gpus=on_gpus)
 
 
 def holds(node: Node, want: Need) -> bool:

@@ -111,8 +111,7 @@ class RayTrialExecutor(TrialExecutor):
         self._relay: Any = None
 
     def need_of(self, params: dict[str, Any]) -> placement.Need:
-        gpus = self.engine.gpus_needed(params, self.cfg.engine_args) if self.cfg.hardware.gpus > 0 else 0
-        return placement.need(gpus, self.engine.cpus_needed(params), self.nodes, on_gpus=self.cfg.hardware.gpus > 0)
+        return placement.config_need(self.engine, self.cfg, params, self.nodes)
 
     def run(self, params: dict[str, Any], *, trial: optuna.Trial | None, trial_dir: Path, progress: Progress,
             timings: dict[str, float], label: str, on_level: OnLevel = lambda step, metrics: None,

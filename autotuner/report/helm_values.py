@@ -19,9 +19,8 @@ from typing import Any
 
 import yaml
 
-from autotuner.launchers.docker_command import environment
 from autotuner.report.export import ExportError
-from autotuner.report.kubernetes import SHM_SIZE, _quantity, dns_name
+from autotuner.report.kubernetes import SHM_SIZE, dns_name, env_vars, model_volumes, quantity
 
 CHART = "vllm-stack"
 # Flags the template writes itself from its own settings: never repeated in extraArgs.
@@ -52,22 +51,16 @@ def values(c: Any, *, name: str, gpus: int, annotations: Mapping[str, str] | Non
                           f"({c.settings.image}): pass --image REPOSITORY:TAG")
     image, _, tag = c.settings.image.rpartition(":") if ":" in c.settings.image.rsplit("/", 1)[-1] else (
         c.settings.image, "", "latest")
-    env = [{"name": var, "value": value} if value is not None else
-           {"name": var, "valueFrom": {"secretKeyRef": {"name": f"{dns_name(name)}-secrets", "key": var}}}
-           for var, value in sorted(environment(c.spec, c.settings).items())]
+    env = env_vars(c, dns_name(name))
     spec: dict[str, Any] = {
         "name": dns_name(name), "repository": image, "tag": tag, "modelURL": model, "replicaCount": 1,
         "requestCPU": CPUS_PER_GPU * max(gpus, 1),
-        "requestMemory": _quantity(c.settings.memory) or f"{MEMORY_PER_GPU_GIB * max(gpus, 1)}Gi",
-        "requestGPU": gpus, "shmSize": _quantity(c.settings.shm_size) or SHM_SIZE, "vllmConfig": config,
+        "requestMemory": quantity(c.settings.memory) or f"{MEMORY_PER_GPU_GIB * max(gpus, 1)}Gi",
+        "requestGPU": gpus, "shmSize": quantity(c.settings.shm_size) or SHM_SIZE, "vllmConfig": config,
         **({"env": env} if env else {}),
         **({"annotations": dict(annotations)} if annotations else {}),
     }
-    volumes, mounts = [], []
-    for k, (source, target, read_only) in enumerate(c.mounted):
-        vol = "model" if k == 0 else f"volume-{k}"
-        volumes.append({"name": vol, "hostPath": {"path": str(source), **({"type": "Directory"} if k == 0 else {})}})
-        mounts.append({"name": vol, "mountPath": str(target), "readOnly": read_only})
+    volumes, mounts = model_volumes(c)
     if volumes:
         spec.update(extraVolumes=volumes, extraVolumeMounts=mounts)
     head = (f"# {spec['name']}: the winner as values for the vLLM production stack's chart:\n"

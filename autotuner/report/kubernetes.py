@@ -35,25 +35,17 @@ def manifests(c: Any, *, name: str, gpus: int, startup_timeout_s: float,
     app = dns_name(name)
     labels = {"app.kubernetes.io/name": app, "app.kubernetes.io/managed-by": "autotuner"}
     spec, settings = c.spec, c.settings
-    env = []
-    for var, value in sorted(environment(spec, settings).items()):
-        env.append({"name": var, "value": value} if value is not None else
-                   {"name": var, "valueFrom": {"secretKeyRef": {"name": f"{app}-secrets", "key": var}}})
-    mounts, volumes = [], []
-    for k, (source, target, read_only) in enumerate(c.mounted):
-        vol = "model" if k == 0 else f"volume-{k}"
-        mounts.append({"name": vol, "mountPath": str(target), "readOnly": read_only})
-        # The model mount is a folder (a file's folder); a missing one fails the pod at once, not after loading.
-        volumes.append({"name": vol, "hostPath": {"path": str(source), **({"type": "Directory"} if k == 0 else {})}})
+    env = env_vars(c, app)
+    volumes, mounts = model_volumes(c)
     if gpus or settings.ipc_host or settings.shm_size:
         mounts.append({"name": "dshm", "mountPath": "/dev/shm"})
         volumes.append({"name": "dshm", "emptyDir": {"medium": "Memory",
-                                                     "sizeLimit": _quantity(settings.shm_size) or SHM_SIZE}})
+                                                     "sizeLimit": quantity(settings.shm_size) or SHM_SIZE}})
     resources: dict[str, dict[str, str]] = {}
     if gpus:
         resources = {"limits": {GPU_RESOURCE: str(gpus)}, "requests": {GPU_RESOURCE: str(gpus)}}
     if settings.memory:
-        resources.setdefault("limits", {})["memory"] = _quantity(settings.memory) or settings.memory
+        resources.setdefault("limits", {})["memory"] = quantity(settings.memory) or settings.memory
     # A busy engine answers /health late: 1 s (the default) would restart a pod that is only loaded.
     probe = {"httpGet": {"path": spec.health_path, "port": "http"}, "periodSeconds": PROBE_PERIOD_S,
              "timeoutSeconds": PROBE_TIMEOUT_S}
@@ -116,6 +108,24 @@ def _check(doc: dict[str, Any]) -> None:
         raise ExportError(f"the {doc['kind']} does not match the Kubernetes API schema: {e.message}") from None
 
 
+def env_vars(c: Any, app: str) -> list[dict[str, Any]]:
+    """The launch's environment; a variable whose value is kept secret comes from the Secret `app`-secrets."""
+    return [{"name": var, "value": value} if value is not None else
+            {"name": var, "valueFrom": {"secretKeyRef": {"name": f"{app}-secrets", "key": var}}}
+            for var, value in sorted(environment(c.spec, c.settings).items())]
+
+
+def model_volumes(c: Any) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+    """The launch's mounts as hostPath volumes and their mounts, the model's named "model"."""
+    volumes, mounts = [], []
+    for k, (source, target, read_only) in enumerate(c.mounted):
+        vol = "model" if k == 0 else f"volume-{k}"
+        # The model mount is a folder (a file's folder); a missing one fails the pod at once, not after loading.
+        volumes.append({"name": vol, "hostPath": {"path": str(source), **({"type": "Directory"} if k == 0 else {})}})
+        mounts.append({"name": vol, "mountPath": str(target), "readOnly": read_only})
+    return volumes, mounts
+
+
 def dns_name(text: str) -> str:
     """A name a Service takes too (RFC 1035 label): lower case, digits and '-', a letter first, at most 63."""
     name = re.sub(r"[^a-z0-9-]+", "-", text.lower()).strip("-")
@@ -124,7 +134,7 @@ def dns_name(text: str) -> str:
     return name[:63].rstrip("-") or "autotuner"
 
 
-def _quantity(docker_size: str | None) -> str | None:
+def quantity(docker_size: str | None) -> str | None:
     """Docker's 8g / 512m as Kubernetes' 8Gi / 512Mi."""
     if not docker_size:
         return None

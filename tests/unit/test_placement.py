@@ -54,6 +54,28 @@ def test_a_relative_sqlite_storage_becomes_absolute_for_the_nodes(tmp_path, monk
         assert absolute_storage(kept) == kept
 
 
+def test_a_task_in_another_folder_opens_the_drivers_study(tmp_path, monkeypatch):
+    """A Ray task's working folder is not the driver's: the experiment the nodes get (on_cluster) must
+    name the study the driver made, wherever it is read from."""
+    import optuna
+
+    from autotuner.config import load_experiment
+    from autotuner.executors.ray import on_cluster
+
+    repo = Path(__file__).resolve().parents[2]
+    (tmp_path / "driver").mkdir()
+    (tmp_path / "node").mkdir()
+    monkeypatch.chdir(tmp_path / "driver")
+    exp = load_experiment(repo / "experiments" / "quickstart-ray.yaml")
+    assert not exp.config.study.storage.startswith("sqlite:////")  # relative, as users write it
+    optuna.create_study(study_name="s", storage=exp.config.study.storage).set_user_attr("made_by", "driver")
+    shared = on_cluster(exp).config.study.storage
+    monkeypatch.chdir(tmp_path / "node")
+    seen = optuna.load_study(study_name="s", storage=shared)
+    assert seen.user_attrs == {"made_by": "driver"}
+    assert not (tmp_path / "node" / "autotuner-ray.db").exists()
+
+
 def test_trials_in_flight_keep_four_rounds_of_results_for_the_sampler_unless_told():
     cluster = nodes(*[(64, 8)] * 8)  # 64 GPUs: 64 one-GPU launches fit side by side
     one = Need(cpus=1, gpus=1)
