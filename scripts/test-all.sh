@@ -56,7 +56,8 @@ export AUTOTUNER_POSTGRES_URL AUTOTUNER_MLFLOW_URI
 if ! RAY_ADDRESS="127.0.0.1:${RAY_PORT:-6390}" timeout 20 .venv/bin/ray status >/dev/null 2>&1; then
   stop+=(scripts/stop-ray.sh)
 fi
-out=$(scripts/start-ray.sh)
+# One CPU declared a node: both share this machine's cores (the tests run one llama.cpp thread a launch).
+out=$(RAY_NODE_CPUS=1 scripts/start-ray.sh)
 eval "$out"
 export RAY_ADDRESS
 
