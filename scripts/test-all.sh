@@ -66,4 +66,4 @@ export RAY_ADDRESS
 scripts/setup-vllm.sh >/dev/null
 
 echo "[test-all] the MLflow UI check leaves its screenshots in $PWD/ci-artifacts/" >&2
-scripts/test.sh -ra "$@"
+scripts/test.sh -ra --durations=40 "$@"  # the slowest tests, to keep the run well under an hour

@@ -23,7 +23,10 @@ def test_two_tuners_share_one_sqlite_study(tmp_path, tiny_model, llama_server):
     (tmp_path / "exp.yaml").write_text(
         f"name: shared\nengine: llamacpp\nmodel: {{path: {tiny_model}}}\nsearch_space: s.yaml\n"
         "workload: {num_prompts: 4, input_len: 8, output_len: 8, warmup_requests: 0}\n"
-        "load: {max_concurrency: [2]}\nstudy: {seed: null}\nconfirm: {top_k: 0}\n")
+        "load: {max_concurrency: [2]}\nstudy: {seed: null}\nconfirm: {top_k: 0}\n"
+        # One thread a server, the baseline's too: two servers taking both cores of a 2-core machine each
+        # ran 10-17x slower than one alone, and this test timed out on a CI machine.
+        "engine_args: ['-t', '1']\n")
     env = {**os.environ, "PYTHONPATH": str(REPO), "AUTOTUNER_CACHE": str(tmp_path / "cache"),
            "AUTOTUNER_LLAMA_SERVER": llama_server}
     procs = [subprocess.Popen([sys.executable, "-m", "autotuner.cli", "run", "-e", "exp.yaml", "--trials", "4"],
