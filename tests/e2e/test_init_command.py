@@ -34,13 +34,18 @@ def test_run_with_engine_and_model_inits_once_then_resumes_the_same_study(tmp_pa
     assert first.returncode == 0, first.stderr[-3000:]
     assert "wrote experiments/tiny.yaml and search_spaces/tiny.yaml" in first.stderr
     assert "[trial 1/1 · #0] COMPLETE" in first.stderr and "Best trials of study 'tiny'" in first.stdout
+    # The user edits it (no confirmation round: 6 more launches); the next run keeps the edit and obeys it.
     written = (tmp_path / "experiments" / "tiny.yaml").read_text()
+    assert "confirm: {top_k: 2, repeats: 3}\n" in written
+    edited = written.replace("confirm: {top_k: 2, repeats: 3}\n", "confirm: {top_k: 0}\n")
+    (tmp_path / "experiments" / "tiny.yaml").write_text(edited)
     again = autotuner("run", "--engine", "llamacpp", "--model", str(tiny_model), "--trials", "1", cwd=tmp_path,
                       timeout=600)
     assert again.returncode == 0, again.stderr[-3000:]
     assert "experiments/tiny.yaml: the experiment for" in again.stderr and "wrote" not in again.stderr
     assert "· #1]" in again.stderr  # the study's second trial: resumed, not started anew
-    assert (tmp_path / "experiments" / "tiny.yaml").read_text() == written
+    assert "(provisional: not confirmed)" in again.stdout, again.stdout[-3000:]
+    assert (tmp_path / "experiments" / "tiny.yaml").read_text() == edited
 
 
 def test_run_with_a_model_whose_name_another_experiment_holds_says_so(tmp_path, tiny_model):

@@ -27,7 +27,7 @@ from tests.support import everything_required
 
 REPO = Path(__file__).resolve().parents[2]
 ARTIFACTS = REPO / "ci-artifacts"
-NUM_PROMPTS = 32  # levels of about two seconds at least: several sampler periods
+NUM_PROMPTS = 16  # levels of a few seconds at least (~6 s here): several sampler periods
 OUTPUT_LEN = 256  # long enough that a level spans a few of the /metrics sampler's periods
 LEVELS = [2, 8]
 
