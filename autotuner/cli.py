@@ -337,8 +337,9 @@ def bench(
 
 @app.command()
 def init(
-    engine: str = typer.Option(..., "--engine", help="The engine to tune: llamacpp (vllm and sglang: not yet)."),
-    model: Path = typer.Option(..., "--model", help="The model: a GGUF file for llamacpp."),
+    engine: str = typer.Option(..., "--engine", help="The engine to tune: llamacpp, vllm or sglang."),
+    model: Path = typer.Option(..., "--model", help="The model: a GGUF file (llamacpp) or a Hugging "
+                               "Face model folder (vllm, sglang)."),
     name: str | None = typer.Option(None, "--name", help="The study's name (default: the model file's)."),
     output: Path | None = typer.Option(None, "--output", help="The experiment file to write (default: "
                                        "experiments/NAME.yaml, its space in search_spaces/NAME.yaml)."),
@@ -348,6 +349,9 @@ def init(
                                         "h200, b200, a100-80gb, l40s, rtx-pro-6000, ..."),
     workload: Path | None = typer.Option(None, "--workload", help="Your traffic: a Mooncake trace (JSONL) or a "
                                          "ShareGPT / JSONL dataset; its lengths size the context."),
+    ttft_p99_ms: int | None = typer.Option(None, "--ttft-p99-ms", help="The time to first token your "
+                                           "users accept, p99 (default: a guess, 5000 on llama.cpp, 10000 on "
+                                           "GPUs; the baseline says where the defaults miss it)."),
     force: bool = typer.Option(False, "--force", help="Replace files that exist."),
 ) -> None:
     """Write an experiment and a search space sized from the model's, the machine's and the traffic's facts."""
@@ -356,7 +360,8 @@ def init(
 
     try:
         exp_path, space_path, scaffold = new_experiment.write(engine, model, name=name, experiment=output, gpus=gpus,
-                                                              gpu_type=gpu_type, workload=workload, force=force)
+                                                              gpu_type=gpu_type, workload=workload,
+                                                              ttft_ms_p99=ttft_p99_ms, force=force)
     except ConfigError as e:
         _fail(str(e))
     for line in scaffold.decisions:

@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 import math
 import os
+from dataclasses import replace
 from pathlib import Path
 from typing import Literal
 
@@ -34,11 +35,13 @@ ENGINES = ("llamacpp", "vllm", "sglang")
 
 def write(engine: str, model: Path, *, name: str | None = None, experiment: Path | None = None,
           gpus: int | None = None, gpu_type: str | None = None, workload: Path | None = None,
-          force: bool = False) -> tuple[Path, Path, Scaffold]:
+          ttft_ms_p99: int | None = None, force: bool = False) -> tuple[Path, Path, Scaffold]:
     """Write the experiment and its search space; (experiment file, space file, what was decided).
     ConfigError (one line) for an input that is wrong or rules every config out."""
     if engine not in ENGINES:
         raise ConfigError(f"--engine {engine}: init knows {', '.join(ENGINES)}")
+    if ttft_ms_p99 is not None and ttft_ms_p99 <= 0:
+        raise ConfigError(f"--ttft-p99-ms {ttft_ms_p99}: the time to first token your users accept, in ms (> 0)")
     on_gpus = engine != "llamacpp"
     try:
         if on_gpus:
@@ -65,6 +68,7 @@ def write(engine: str, model: Path, *, name: str | None = None, experiment: Path
         raise ConfigError(f"--engine {engine}: this machine shows no GPU; to plan for GPUs it lacks, pass "
                           f"--gpus N --gpu-type NAME (one of {', '.join(sorted(KNOWN_GPUS))})")
     traffic = (GPU_SYNTHETIC if on_gpus else SYNTHETIC) if workload is None else _traffic(workload, here)
+    traffic = replace(traffic, ttft_ms_p99=ttft_ms_p99)
     model_rel, space_rel = _relative(model, here), _relative(space_path, here)
     try:
         if isinstance(facts, HfFacts):

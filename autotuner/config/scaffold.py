@@ -29,6 +29,7 @@ SLACK_TOKENS = 16  # a chat template's or BOS's few tokens beyond the traffic's 
 SLOTS_PER_CORE = 4
 MIN_SLOTS, MAX_SLOTS = 4, 64
 CONTEXT_CHOICES = 4
+GUESSED_TTFT_MS = 5000  # the SLO when the user gives none: a chat user's patience, not this machine's speed
 
 
 class InitError(ValueError):
@@ -61,6 +62,7 @@ class Traffic:
     what: str = ""
     shares_prefixes: bool = False  # requests repeat earlier prompts' starts (a trace's blocks, sessions)
     load: dict | None = None  # the load section when the traffic brings its own kind (a trace: speedup)
+    ttft_ms_p99: int | None = None  # what its users accept (--ttft-p99-ms); None: the engine's guess
 
     @property
     def need(self) -> int:
@@ -120,6 +122,7 @@ def llamacpp(name: str, model: str, space_file: str, facts: GgufFacts, machine: 
     load = traffic.load or {"max_concurrency": levels}
     decisions.append(f"load: concurrency {', '.join(map(str, levels))} (a quarter of the slots, then all)"
                      if traffic.load is None else f"load: {flow_yaml(traffic.load)} (the traffic's own pace)")
+    ttft_ms, slo_comment = slo(traffic, GUESSED_TTFT_MS, decisions)
     params: dict[str, dict] = {
         "parallel": {"type": "int", "low": 1, "high": slots, "log": True},
     }
@@ -147,7 +150,7 @@ def llamacpp(name: str, model: str, space_file: str, facts: GgufFacts, machine: 
         "search_space": space_file,
         "workload": traffic.workload,
         "load": load,
-        "objective": {"metric": "output_tok_per_s", "direction": "maximize", "slo": {"ttft_ms_p99": 5000}},
+        "objective": {"metric": "output_tok_per_s", "direction": "maximize", "slo": {"ttft_ms_p99": ttft_ms}},
         "study": {"storage": "sqlite:///autotuner.db", "sampler": "tpe", "pruner": "ceiling", "seed": 0},
         "stop": {"patience": 8},
         "confirm": {"top_k": 2, "repeats": 3},
@@ -156,10 +159,20 @@ def llamacpp(name: str, model: str, space_file: str, facts: GgufFacts, machine: 
     }
     comments = {
         "workload:": "# what each load level sends (docs/traffic.md: datasets, traces, sessions)",
-        "objective:": "# the SLO is a guess: set the TTFT your users accept",
+        "objective:": slo_comment,
         "startup_timeout_s:": "# loading the weights: 60 s and 30 s a GiB",
     }
     return render(experiment, space, decisions, comments, "llamacpp")
+
+
+def slo(traffic: Traffic, guess: int, decisions: list[str]) -> tuple[int, str]:
+    """The TTFT p99 limit (the user's, else `guess`), its decision line added, and the objective's comment."""
+    if traffic.ttft_ms_p99 is not None:
+        decisions.append(f"SLO: TTFT p99 {traffic.ttft_ms_p99} ms, what your users accept (--ttft-p99-ms)")
+        return traffic.ttft_ms_p99, "# the SLO: the TTFT your users accept (--ttft-p99-ms)"
+    decisions.append(f"SLO: TTFT p99 {guess} ms, a guess (--ttft-p99-ms sets what your users accept; the "
+                     "baseline says at which loads the defaults miss it)")
+    return guess, "# the SLO is a guess: set the TTFT your users accept"
 
 
 def render(experiment: dict, space: dict, decisions: list[str], comments: dict[str, str], engine: str) -> Scaffold:

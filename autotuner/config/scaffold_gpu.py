@@ -18,7 +18,7 @@ from __future__ import annotations
 from typing import Any
 
 from autotuner.config.gpu_sizing import UTILIZATION, Plan, plan
-from autotuner.config.scaffold import Machine, Scaffold, Traffic, floor_pow2, pow2, render
+from autotuner.config.scaffold import Machine, Scaffold, Traffic, floor_pow2, pow2, render, slo
 from autotuner.models.hf import GIB, HfFacts
 
 MAX_SEQS = 1024
@@ -29,6 +29,7 @@ STARTUP_S = 600
 BLACKWELL_SM12X = ("rtx-pro-6000", "rtx-5090")
 HOPPER = ("h100", "h200")
 BATCHED_TOKENS = (2048, 4096, 8192, 16384, 32768)
+GUESSED_TTFT_MS = 10000  # the SLO when the user gives none: prompts of 1,024 tokens at a batch's load
 
 GPU_SYNTHETIC = Traffic(1024, 256, {"endpoint": "completions", "input_len": 1024, "output_len": 256},
                         "synthetic: prompts of 1,024 tokens, outputs of 256 (replace with your traffic: "
@@ -168,6 +169,7 @@ def _files(engine: str, name: str, model: str, space_file: str, facts: HfFacts, 
     load = traffic.load or {"max_concurrency": levels}
     decisions.append(f"load: concurrency {', '.join(map(str, levels))} (a quarter of the largest batch, then it)"
                      if traffic.load is None else "load: the traffic's own pace")
+    ttft_ms, slo_comment = slo(traffic, GUESSED_TTFT_MS, decisions)
     context = _context(facts, traffic)
     decisions.append(f"context {context} (--max-model-len / --context-length): the traffic's longest request, "
                      "rounded up; the model's own would reserve KV for requests that never come")
@@ -189,7 +191,7 @@ def _files(engine: str, name: str, model: str, space_file: str, facts: HfFacts, 
         "search_space": space_file,
         "workload": workload,
         "load": load,
-        "objective": {"metric": "output_tok_per_s", "direction": "maximize", "slo": {"ttft_ms_p99": 10000}},
+        "objective": {"metric": "output_tok_per_s", "direction": "maximize", "slo": {"ttft_ms_p99": ttft_ms}},
         "study": study,
         "stop": {"patience": 8},
         "confirm": {"top_k": 2, "repeats": 3},
@@ -204,7 +206,7 @@ def _files(engine: str, name: str, model: str, space_file: str, facts: HfFacts, 
     comments = {
         "docker:": "# the engine's image at the version this adapter's flags were read from",
         "workload:": "# what each load level sends, 300 s at most (docs/traffic.md: datasets, traces, sessions)",
-        "objective:": "# the SLO is a guess: set the TTFT your users accept",
+        "objective:": slo_comment,
         "startup_timeout_s:": f"# loading {facts.weight_bytes / GIB:.0f} GiB of weights: {STARTUP_S} s and "
                               f"{SECONDS_PER_GIB} s a GiB",
         "enqueue:": "# the first config: no baseline, since the defaults (one GPU) cannot hold the model",

@@ -32,8 +32,8 @@ from autotuner.config.space import SearchSpace
 from autotuner.core import advising, asking, confirm, record, stopping
 from autotuner.core.callbacks import StudyCallback
 from autotuner.core.executor import TrialExecutor, TrialResult
-from autotuner.core.load_search import highest_passing
-from autotuner.core.objective import meets, scored_index
+from autotuner.core.load_search import highest_passing, level_text
+from autotuner.core.objective import meets, scored_index, slo_violations
 from autotuner.core.progress import Progress
 from autotuner.core.recovery import Heartbeat, recover_stale_trials
 from autotuner.core.resolved import resolved_experiment
@@ -341,6 +341,8 @@ class StudyDriver:
                 result = TrialResult("FAIL", failure_class="interrupted", reason="interrupted at once by the user",
                                      records=self.executor.records)
             self._finish(trial, params, result, trial_dir, timings, t0, progress)
+        if baseline:
+            self._say_slo_misses(result.metrics(), progress)
         if result.failure_class == "interrupted":
             self._requeue(trial, params, "retry", "interrupted: measured again")
         elif result.transient and trial.user_attrs.get(record.RETRY_OF) is None:
@@ -427,6 +429,19 @@ class StudyDriver:
             return None
         speed = {"quality_tok_per_s": result.answers.tok_per_s}
         return {**result.quality.metrics(), **speed} if result.quality is not None else speed
+
+    def _say_slo_misses(self, level_metrics: list[dict[str, float]], progress: Progress) -> None:
+        """The loads at which the defaults break the SLO, said once after the baseline: every config is judged
+        there by a limit this machine may not allow (`init`'s SLO is a guess), and a study that tunes only the
+        loads below it should not do so silently."""
+        kind = self.cfg.load.kind
+        missed = [(m[kind], broken) for m in level_metrics
+                  if kind in m and (broken := slo_violations(m, self.cfg.objective.slo))]
+        for load, broken in missed:
+            progress.note(f"    the defaults miss the SLO at {level_text({kind: load})}: {'; '.join(broken)}")
+        if missed:
+            progress.note("    a config counts at a load only where it meets the SLO; if your users accept more, "
+                          "raise objective.slo in the experiment, under a new study name")
 
     def _max_load(self, level_metrics: list[dict[str, float]]) -> float | None:
         """The highest load among the measured levels that met the SLO (None without an SLO: nothing to meet)."""

@@ -19,6 +19,7 @@ def test_init_writes_what_run_launches_as_it_is(tmp_path, tiny_model):
     assert "  model: llama, 4.2M params at F16 (8 MiB of weights), 4 layers" in out.stdout
     assert "slots (-np) 1 to" in out.stdout
     assert "autotuner run --experiment experiments/mine.yaml --trials 30" in out.stdout
+    assert "SLO: TTFT p99 5000 ms, a guess (--ttft-p99-ms sets" in out.stdout
     space = yaml.safe_load((tmp_path / "search_spaces" / "mine.yaml").read_text())
     assert space["engine"] == "llamacpp" and "parallel" in space["params"]
     # as written: the configs the space holds are launchable (the one-step test below runs them)
@@ -46,6 +47,15 @@ def test_run_with_engine_and_model_inits_once_then_resumes_the_same_study(tmp_pa
     assert "· #1]" in again.stderr  # the study's second trial: resumed, not started anew
     assert "(provisional: not confirmed)" in again.stdout, again.stdout[-3000:]
     assert (tmp_path / "experiments" / "tiny.yaml").read_text() == edited
+
+
+def test_the_users_ttft_is_the_slo(tmp_path, tiny_model):
+    out = autotuner("init", "--engine", "llamacpp", "--model", str(tiny_model), "--ttft-p99-ms", "15000",
+                    cwd=tmp_path)
+    assert out.returncode == 0 and "SLO: TTFT p99 15000 ms, what your users accept" in out.stdout, out.stderr
+    written = (tmp_path / "experiments" / "tiny.yaml").read_text()
+    assert yaml.safe_load(written)["objective"]["slo"] == {"ttft_ms_p99": 15000}
+    assert "# the SLO: the TTFT your users accept (--ttft-p99-ms)\nobjective:" in written
 
 
 def test_run_with_a_model_whose_name_another_experiment_holds_says_so(tmp_path, tiny_model):
@@ -79,6 +89,7 @@ def test_init_sizes_the_context_from_the_users_trace(tmp_path, tiny_model):
     (["--engine", "llamacpp", "--gpus", "999"], "--gpus 999: this machine shows"),
     (["--engine", "llamacpp", "--gpu-type", "tpu-v9"], "--gpu-type tpu-v9: known are"),
     (["--engine", "llamacpp", "--workload", "nowhere.jsonl"], "--workload nowhere.jsonl: no such file"),
+    (["--engine", "llamacpp", "--ttft-p99-ms", "0"], "--ttft-p99-ms 0: the time to first token your users"),
 ])
 def test_input_init_cannot_use_is_one_line_and_writes_nothing(tmp_path, tiny_model, args, says):
     out = autotuner("init", "--model", str(tiny_model), *args, cwd=tmp_path)

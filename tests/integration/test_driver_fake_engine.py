@@ -180,3 +180,20 @@ def test_a_time_bounded_level_and_its_timeout_from_the_rate_the_config_showed(tm
     assert "(400 requests or 1 s)" in out
     expected = 3 * 40 * 64 / first["output_tok_per_s"]
     assert expected > 120 and second["request_timeout_s"] == pytest.approx(min(expected, 3600.0))
+
+
+def test_the_baseline_says_at_which_loads_the_defaults_miss_the_slo(tmp_path):
+    # The engine's defaults answer after 50 ms at every load; the SLO allows 20: both loads are missed,
+    # and the user learns it from the baseline, not from a study that silently scores nothing.
+    space = "  capacity: {type: categorical, choices: [4]}\n"
+    body = (WORK + "load: {max_concurrency: [1, 2]}\nconfirm: {top_k: 0}\nengine_args: ['--ttft-s', '0.05']\n"
+            "objective: {metric: output_tok_per_s, slo: {ttft_ms_p99: 20}}\n")
+    (t,), out = study(tmp_path, space, body, 1)
+    assert t.user_attrs["baseline"] and t.state.name == "FAIL"
+    for load in (1, 2):
+        assert re.search(rf"the defaults miss the SLO at concurrency {load}: ttft_ms_p99 5\d\.\d > 20", out), out
+    assert "raise objective.slo in the experiment" in out
+
+    (tmp_path / "s.db").unlink()
+    (t,), out = study(tmp_path, space, body.replace("ttft_ms_p99: 20", "ttft_ms_p99: 500"), 1)
+    assert t.user_attrs["baseline"] and t.state.name == "COMPLETE" and "miss the SLO" not in out

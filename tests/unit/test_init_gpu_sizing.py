@@ -179,3 +179,15 @@ def test_a_moe_model_on_one_gpu_gets_no_expert_parallel_params(tmp_path):
 def test_gpus_whose_memory_is_unknown_are_one_clear_error():
     with pytest.raises(InitError, match="leave nothing after the runtime's share"):
         plan(read_hf(HF / "llama-3.1-8b"), Machine(8, 64.0, 1, 0.0, "GPU", None), GPU_SYNTHETIC)
+
+
+def test_the_slo_is_the_users_ttft_where_given_and_a_guess_said_so_where_not():
+    from dataclasses import replace
+
+    llama = read_hf(HF / "llama-3.1-8b")
+    guessed = vllm("l", "m", "s.yaml", llama, H100)
+    assert yaml.safe_load(guessed.experiment)["objective"]["slo"] == {"ttft_ms_p99": 10000}
+    assert any(d.startswith("SLO: TTFT p99 10000 ms, a guess") for d in guessed.decisions)
+    theirs = sglang("l", "m", "s.yaml", llama, H100, replace(GPU_SYNTHETIC, ttft_ms_p99=800))
+    assert yaml.safe_load(theirs.experiment)["objective"]["slo"] == {"ttft_ms_p99": 800}
+    assert "SLO: TTFT p99 800 ms, what your users accept (--ttft-p99-ms)" in theirs.decisions
