@@ -66,6 +66,18 @@ def unplaceable(want: Need, nodes: Sequence[Node]) -> str | None:
     return f"needs {want.describe()}; the cluster's nodes: {largest}"
 
 
+def avoiding(lost: Node | None, want: Need, nodes: Sequence[Node]) -> list[str]:
+    """The node ids a retry of a launch lost with node `lost` stays off: that node and every node at its
+    address (a raylet that comes back gets a new id at its old address) while another node holds `want`;
+    else the lost id alone; none when nothing else holds it (waiting forever is worse than a flaky node)."""
+    if lost is None:
+        return []
+    for avoid in ({lost.id} | {n.id for n in nodes if n.address == lost.address}, {lost.id}):
+        if any(holds(n, want) for n in nodes if n.id not in avoid):
+            return sorted(avoid)
+    return []
+
+
 ROUNDS = 4  # trials in flight are at most a quarter of the budget: the sampler learns from 4 rounds or more
 
 

@@ -39,6 +39,7 @@ NAMESPACE = "autotuner"
 POLL_S = 0.5  # how often the driver looks at the task and its progress lines
 MAX_FILE_BYTES = 32 << 20  # a trial's file larger than this comes back cut to its end
 NODE_LOST = "node-lost"
+NODE_TAG, ADDRESS_TAG = "autotuner.ray_node", "autotuner.ray_node_address"  # where a launch ran (its MLflow run)
 # What a node's task returns: the launch's result, its files by name, where it ran, its phases' seconds.
 NodeOutcome = tuple[TrialResult, dict[str, bytes], placement.Node, dict[str, float]]
 
@@ -109,6 +110,7 @@ class RayTrialExecutor(TrialExecutor):
         self.pin: str | None = None  # confirmation: every launch on the node of its first
         self.on_pin: Callable[[str], None] = lambda node: None  # told that node, once
         self._relay: Any = None
+        self._running_on: placement.Node | None = None  # the node the launch in flight said it runs on
 
     def need_of(self, params: dict[str, Any]) -> placement.Need:
         return placement.config_need(self.engine, self.cfg, params, self.nodes)
@@ -140,6 +142,16 @@ class RayTrialExecutor(TrialExecutor):
             from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
             options["scheduling_strategy"] = NodeAffinitySchedulingStrategy(self.pin, soft=False)
+        elif (lost := self._lost_node(trial)) and (avoid := placement.avoiding(lost, want, self.nodes)):
+            try:
+                from ray._raylet import RAY_NODE_ID_KEY  # type: ignore[attr-defined]  # Cython: no stub
+            except ImportError:  # a Ray without label selectors: the retry goes where Ray puts it
+                progress.note("    this Ray has no label selectors: the retry may land on the node that was lost")
+            else:
+                options["label_selector"] = {RAY_NODE_ID_KEY: f"!in({','.join(avoid)})"}
+                progress.note(f"    measured off the node that was lost ({lost.address}; {len(avoid)} node id(s) "
+                              "avoided)")
+        self._running_on = None
         progress.phase(f"waiting for {want.describe()} of the Ray cluster")
         launch = _Launch(ray.remote(run_on_node).options(**options).remote(job), want)
         t = time.perf_counter()
@@ -153,7 +165,7 @@ class RayTrialExecutor(TrialExecutor):
         trial_dir.mkdir(parents=True, exist_ok=True)
         for name, data in files.items():
             (trial_dir / name).write_bytes(data)
-        result.launch_tags.update({"autotuner.ray_node": node.id, "autotuner.ray_node_address": node.address})
+        result.launch_tags.update({NODE_TAG: node.id, ADDRESS_TAG: node.address})
         # A measured launch of no trial (confirmation, transfer): the ones after it run on the same node.
         if trial is None and measure_levels and self.pin is None and result.state == "COMPLETE":
             self.pin = node.id
@@ -183,18 +195,23 @@ class RayTrialExecutor(TrialExecutor):
         except rx.TaskCancelledError:
             by = self.stop.requested or "Ray"
             return TrialResult("FAIL", failure_class="interrupted", reason=f"stopped by {by}: the task was cancelled")
-        except (rx.NodeDiedError, rx.WorkerCrashedError, rx.OwnerDiedError, rx.ActorDiedError,
-                rx.ObjectLostError) as e:
-            if launch.cancelled:
-                return TrialResult("FAIL", failure_class="interrupted", reason=f"stopped by {self.stop.requested}")
-            why = f"the node running the trial was lost ({type(e).__name__}): {_first_line(e)[:300]}"
-            return TrialResult("FAIL", failure_class=NODE_LOST, transient=True, reason=why)
         except rx.RayTaskError as e:  # a bug on the node's side: the trial's failure, never the study's end
             return TrialResult("FAIL", failure_class="internal", reason=f"on the node: {type(e.cause).__name__}: "
                                f"{e.cause}", log_tail=str(e)[-4000:])
-        except rx.RayError as e:  # the cluster failed the task otherwise: the machine, not the config
-            return TrialResult("FAIL", failure_class=NODE_LOST, transient=True,
-                               reason=f"Ray failed the trial's task ({type(e).__name__}): {_first_line(e)[:300]}")
+        except rx.RayError as e:  # the node died, or the cluster failed the task: the machine, not the config
+            if launch.cancelled:
+                return TrialResult("FAIL", failure_class="interrupted", reason=f"stopped by {self.stop.requested}")
+            where, tags = self._running_on, {}
+            at = f" ({where.address})" if where else ""
+            if isinstance(e, (rx.NodeDiedError, rx.LocalRayletDiedError, rx.WorkerCrashedError, rx.OwnerDiedError,
+                              rx.ActorDiedError, rx.ObjectLostError)):
+                why = f"the node running the trial{at} was lost"
+                if where is not None:  # kept in the trial, so its retry stays off that node
+                    tags = {NODE_TAG: where.id, ADDRESS_TAG: where.address}
+            else:
+                why = f"Ray failed the trial's task{at}"
+            return TrialResult("FAIL", failure_class=NODE_LOST, transient=True, launch_tags=tags,
+                               reason=f"{why} ({type(e).__name__}): {_first_line(e)[:300]}")
         finally:
             self._show(progress)
 
@@ -206,12 +223,29 @@ class RayTrialExecutor(TrialExecutor):
         try:
             while self._relay is not None:
                 kind, text = self._relay.get_nowait()
-                (progress.phase if kind == "phase" else progress.note)(text)
+                if kind == "node":
+                    node_id, address = text
+                    self._running_on = placement.Node(node_id, address, 0, 0)
+                else:
+                    (progress.phase if kind == "phase" else progress.note)(text)
         except Empty:
             return
         except Exception as e:  # the queue's actor is gone: the trial goes on without its lines
             progress.note(f"    the trial's progress lines are lost ({type(e).__name__}); its result is not")
             self._relay = None
+
+    @staticmethod
+    def _lost_node(trial: optuna.Trial | None) -> placement.Node | None:
+        """The node a trial this one measures again was lost with (None: not a retry of a lost node)."""
+        from autotuner.core import record
+
+        if trial is None or (retry_of := trial.user_attrs.get(record.RETRY_OF)) is None:
+            return None
+        earlier = next((t for t in trial.study.get_trials(deepcopy=False) if t.number == retry_of), None)
+        if earlier is None or earlier.user_attrs.get(record.FAILURE_CLASS) != NODE_LOST:
+            return None
+        tags = earlier.user_attrs.get(record.LAUNCH_TAGS) or {}
+        return placement.Node(tags[NODE_TAG], tags.get(ADDRESS_TAG, "?"), 0, 0) if NODE_TAG in tags else None
 
 
 def _first_line(e: BaseException) -> str:
@@ -248,7 +282,11 @@ class RelayedProgress:
     def note(self, text: str) -> None:
         self._put("note", text)
 
-    def _put(self, kind: str, text: str) -> None:
+    def at(self, node: placement.Node) -> None:
+        """Tell the driver where the launch runs (kept with a lost launch, so its retry goes elsewhere)."""
+        self._put("node", (node.id, node.address))
+
+    def _put(self, kind: str, text: Any) -> None:
         # Sent, never waited for: a task blocked in ray.get lends its CPUs and GPUs back to Ray, which
         # may start another trial on them. A caller's calls to one actor run in order.
         try:
@@ -276,6 +314,7 @@ def run_on_node(job: TrialJob) -> NodeOutcome:
     context = ray.get_runtime_context()
     here = next((n for n in nodes() if n.id == context.get_node_id()),
                 placement.Node(context.get_node_id(), "?", 0, 0))
+    progress.at(here)
     progress.phase(f"on Ray node {here.describe()}")
     workdir = Path(tempfile.mkdtemp(prefix="autotuner-ray-"))
     try:

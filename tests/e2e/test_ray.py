@@ -5,6 +5,7 @@ in the study and in MLflow once. No engine outlives the study."""
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import socket
@@ -19,6 +20,7 @@ from pathlib import Path
 import optuna
 import pytest
 from mlflow.tracking import MlflowClient
+from optuna.storages import RetryFailedTrialCallback
 
 from tests.support import REPO, launched, processes_naming, require
 
@@ -160,7 +162,8 @@ def test_a_node_lost_mid_trial_is_recorded_and_its_trial_measured_again_elsewher
     shown = [(t.number, t.state.name, t.user_attrs.get("failure_class"), t.user_attrs.get("retry_of")) for t in trials]
     lost = [t for t in trials if t.user_attrs.get("failure_class") == "node-lost"]
     assert len(lost) == 1, shown
-    assert "the node running the trial was lost" in lost[0].user_attrs["failure_reason"]
+    assert "the node running the trial (" in lost[0].user_attrs["failure_reason"]
+    assert lost[0].user_attrs["launch_tags"]["autotuner.ray_node"] == worker_node  # told by the task, kept
     retry = [t for t in trials if t.user_attrs.get("retry_of") == lost[0].number]
     assert len(retry) == 1 and retry[0].state.name == "COMPLETE", shown
     assert retry[0].params == lost[0].params
@@ -170,7 +173,56 @@ def test_a_node_lost_mid_trial_is_recorded_and_its_trial_measured_again_elsewher
     assert sorted(t.number for t in study.trials) == list(range(len(study.trials)))
     assert runs_by_trial(tmp_path) == sorted(t.number for t in trials)
     assert "node-lost may be the machine, not the config: measuring it once more" in err
+    assert "measured off the node that was lost" in err  # kept off it by a label selector on its node id
     assert not processes_naming(str(small_model)), "an engine outlived its node"
+
+
+def test_the_driver_killed_mid_trial_leaves_no_engine_and_the_same_command_resumes(tmp_path, tiny_model,
+                                                                                   llama_server, ray_address):
+    model = tmp_path / "driver-killed.gguf"  # its own name: only this test's engines carry it
+    model.write_bytes(tiny_model.read_bytes())
+    exp = write_study(tmp_path, model, num_prompts=100000, confirm="{top_k: 0}",
+                      extra="quality: off\nray: {trials_at_once: 2}\n")
+    env = env_for(tmp_path, llama_server)
+    with (tmp_path / "killed.err").open("w") as err:
+        tuner = subprocess.Popen(tuner_argv(exp, ray_address, tmp_path, trials=2), cwd=tmp_path, env=env,
+                                 stdout=subprocess.DEVNULL, stderr=err)
+        try:
+            deadline = time.monotonic() + 300
+            while not processes_naming(str(model)):
+                assert tuner.poll() is None and time.monotonic() < deadline, "no engine started"
+                time.sleep(0.1)
+            time.sleep(2)  # measuring
+        finally:
+            # SIGKILL, no handler runs: each worker (a session of its own) first, then the tuner that started them.
+            for pid in [p for p in map(int, filter(str.isdigit, os.listdir("/proc"))) if parent_of(p) == tuner.pid]:
+                with contextlib.suppress(ProcessLookupError):
+                    os.killpg(pid, signal.SIGKILL)
+            tuner.kill()
+            tuner.wait(timeout=30)
+    killed_err = (tmp_path / "killed.err").read_text()
+    assert "stopping the trial's task" not in killed_err  # nothing stopped it gracefully: it was killed
+    deadline = time.monotonic() + 60  # Ray ends a dead driver's tasks; each engine dies with its task
+    while processes_naming(str(model)) and time.monotonic() < deadline:
+        time.sleep(0.5)
+    assert not processes_naming(str(model)), "an engine outlived the driver that owned its task"
+
+    exp.write_text(exp.read_text().replace("100000", "4"))
+    out = subprocess.run(tuner_argv(exp, ray_address, tmp_path, trials=2), cwd=tmp_path, env=env,
+                         capture_output=True, text=True, timeout=600)
+    assert out.returncode == 0, out.stderr[-4000:]
+    assert "of a killed run: failed and queued again" in out.stderr, out.stderr[-4000:]
+    study = optuna.load_study(study_name="on-ray", storage=f"sqlite:///{tmp_path}/autotuner.db")
+    trials = launched(study.trials)
+    shown = [(t.number, t.state.name, t.user_attrs.get("failure_class"), t.system_attrs) for t in trials]
+    killed = [t for t in trials if t.state.name == "FAIL"]
+    assert killed and all(t.user_attrs.get("failure_class") == "interrupted" for t in killed), shown
+    for t in killed:  # each measured again, once, with its own config (Optuna's retry callback)
+        again = [r for r in trials if RetryFailedTrialCallback.retried_trial_number(r) == t.number]
+        assert len(again) == 1 and again[0].state.name == "COMPLETE" and again[0].params == t.params, shown
+    assert not [t for t in study.trials if t.state.name == "RUNNING"], shown
+    assert runs_by_trial(tmp_path) == sorted(t.number for t in trials)
+    assert not processes_naming(str(model)), "an engine outlived the study"
 
 
 def test_a_cluster_that_cannot_hold_the_defaults_is_one_clear_error_before_any_trial(tmp_path, tiny_model,
