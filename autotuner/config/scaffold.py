@@ -165,13 +165,13 @@ def llamacpp(name: str, model: str, space_file: str, facts: GgufFacts, machine: 
     return render(experiment, space, decisions, comments, "llamacpp")
 
 
-def slo(traffic: Traffic, guess: int, decisions: list[str]) -> tuple[int, str]:
+def slo(traffic: Traffic, guess: int, decisions: list[str], baseline: bool = True) -> tuple[int, str]:
     """The TTFT p99 limit (the user's, else `guess`), its decision line added, and the objective's comment."""
     if traffic.ttft_ms_p99 is not None:
         decisions.append(f"SLO: TTFT p99 {traffic.ttft_ms_p99} ms, what your users accept (--ttft-p99-ms)")
         return traffic.ttft_ms_p99, "# the SLO: the TTFT your users accept (--ttft-p99-ms)"
-    decisions.append(f"SLO: TTFT p99 {guess} ms, a guess (--ttft-p99-ms sets what your users accept; the "
-                     "baseline says at which loads the defaults miss it)")
+    decisions.append(f"SLO: TTFT p99 {guess} ms, a guess (--ttft-p99-ms sets what your users accept"
+                     + ("; the baseline says at which loads the defaults miss it)" if baseline else ")"))
     return guess, "# the SLO is a guess: set the TTFT your users accept"
 
 

@@ -169,7 +169,7 @@ def _files(engine: str, name: str, model: str, space_file: str, facts: HfFacts, 
     load = traffic.load or {"max_concurrency": levels}
     decisions.append(f"load: concurrency {', '.join(map(str, levels))} (a quarter of the largest batch, then it)"
                      if traffic.load is None else "load: the traffic's own pace")
-    ttft_ms, slo_comment = slo(traffic, GUESSED_TTFT_MS, decisions)
+    ttft_ms, slo_comment = slo(traffic, GUESSED_TTFT_MS, decisions, baseline=p.baseline)
     context = _context(facts, traffic)
     decisions.append(f"context {context} (--max-model-len / --context-length): the traffic's longest request, "
                      "rounded up; the model's own would reserve KV for requests that never come")

@@ -431,17 +431,19 @@ class StudyDriver:
         return {**result.quality.metrics(), **speed} if result.quality is not None else speed
 
     def _say_slo_misses(self, level_metrics: list[dict[str, float]], progress: Progress) -> None:
-        """The loads at which the defaults break the SLO, said once after the baseline: every config is judged
+        """The loads at which the defaults break the SLO, said after the baseline: every config is judged
         there by a limit this machine may not allow (`init`'s SLO is a guess), and a study that tunes only the
-        loads below it should not do so silently."""
+        loads below it should not do so silently. A load search probes past the SLO on purpose: not said."""
         kind = self.cfg.load.kind
+        if self.cfg.load.search is not None:
+            return
         missed = [(m[kind], broken) for m in level_metrics
-                  if kind in m and (broken := slo_violations(m, self.cfg.objective.slo))]
+                  if kind in m and m.get("completed") and (broken := slo_violations(m, self.cfg.objective.slo))]
         for load, broken in missed:
             progress.note(f"    the defaults miss the SLO at {level_text({kind: load})}: {'; '.join(broken)}")
         if missed:
             progress.note("    a config counts at a load only where it meets the SLO; if your users accept more, "
-                          "raise objective.slo in the experiment, under a new study name")
+                          "raise its limit in objective.slo, under a new study name")
 
     def _max_load(self, level_metrics: list[dict[str, float]]) -> float | None:
         """The highest load among the measured levels that met the SLO (None without an SLO: nothing to meet)."""

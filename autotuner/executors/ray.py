@@ -153,7 +153,7 @@ class RayTrialExecutor(TrialExecutor):
                               "avoided)")
         self._running_on = None
         progress.phase(f"waiting for {want.describe()} of the Ray cluster")
-        launch = _Launch(ray.remote(run_on_node).options(**options).remote(job), want)
+        launch = _Launch(_task(options, progress).remote(job), want)
         t = time.perf_counter()
         outcome = self._wait(launch, progress)
         timings["cluster_s"] = time.perf_counter() - t
@@ -203,11 +203,12 @@ class RayTrialExecutor(TrialExecutor):
                 return TrialResult("FAIL", failure_class="interrupted", reason=f"stopped by {self.stop.requested}")
             where, tags = self._running_on, {}
             at = f" ({where.address})" if where else ""
-            if isinstance(e, (rx.NodeDiedError, rx.LocalRayletDiedError, rx.WorkerCrashedError, rx.OwnerDiedError,
-                              rx.ActorDiedError, rx.ObjectLostError)):
+            if isinstance(e, (rx.NodeDiedError, rx.ObjectLostError)) and not isinstance(e, rx.OwnerDiedError):
                 why = f"the node running the trial{at} was lost"
                 if where is not None:  # kept in the trial, so its retry stays off that node
                     tags = {NODE_TAG: where.id, ADDRESS_TAG: where.address}
+            elif isinstance(e, (rx.WorkerCrashedError, rx.LocalRayletDiedError, rx.OwnerDiedError, rx.ActorDiedError)):
+                why = f"the trial's Ray worker{at} died"  # its node may be well: the retry may go there
             else:
                 why = f"Ray failed the trial's task{at}"
             return TrialResult("FAIL", failure_class=NODE_LOST, transient=True, launch_tags=tags,
@@ -246,6 +247,21 @@ class RayTrialExecutor(TrialExecutor):
             return None
         tags = earlier.user_attrs.get(record.LAUNCH_TAGS) or {}
         return placement.Node(tags[NODE_TAG], tags.get(ADDRESS_TAG, "?"), 0, 0) if NODE_TAG in tags else None
+
+
+def _task(options: dict[str, Any], progress: Progress) -> Any:
+    """The node's task with `options`; without the label selector where this Ray refuses one (older than
+    label selectors on tasks: it checks the options here), so a retry is not lost over where it goes."""
+    import ray
+
+    try:
+        return ray.remote(run_on_node).options(**options)
+    except (ValueError, TypeError) as e:
+        if "label_selector" not in options:
+            raise
+        progress.note(f"    this Ray refuses label selectors ({_first_line(e)[:120]}): the retry may land on the "
+                      "node that was lost")
+        return ray.remote(run_on_node).options(**{k: v for k, v in options.items() if k != "label_selector"})
 
 
 def _first_line(e: BaseException) -> str:

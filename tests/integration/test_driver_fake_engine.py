@@ -192,7 +192,7 @@ def test_the_baseline_says_at_which_loads_the_defaults_miss_the_slo(tmp_path):
     assert t.user_attrs["baseline"] and t.state.name == "FAIL"
     for load in (1, 2):
         assert re.search(rf"the defaults miss the SLO at concurrency {load}: ttft_ms_p99 5\d\.\d > 20", out), out
-    assert "raise objective.slo in the experiment" in out
+    assert "raise its limit in objective.slo, under a new study name" in out
 
     (tmp_path / "s.db").unlink()
     (t,), out = study(tmp_path, space, body.replace("ttft_ms_p99: 20", "ttft_ms_p99: 500"), 1)

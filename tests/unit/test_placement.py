@@ -35,7 +35,6 @@ def test_a_launch_no_node_holds_is_named_with_the_nodes_it_saw():
     assert "no live node" in (placement.unplaceable(Need(cpus=1, gpus=0), []) or "")
 
 
-
 def test_a_retry_stays_off_the_lost_node_and_its_address_while_another_node_holds_it():
     a, b, c = nodes((64, 8), (64, 8), (64, 4))
     back = Node(id="back" + "0" * 8, address=a.address, cpus=64, gpus=8)  # a's raylet again, a new id
@@ -48,6 +47,7 @@ def test_a_retry_stays_off_the_lost_node_and_its_address_while_another_node_hold
     assert placement.avoiding(lost, eight, [c]) == []  # nothing holds it (the executor says why, not here)
     assert placement.avoiding(lost, eight, [back]) == [a.id]
     assert placement.avoiding(None, one, [a, b]) == []
+
 
 @pytest.mark.parametrize(("want", "expected"), [
     (Need(cpus=1, gpus=1), 16),   # a GPU each: every GPU of both nodes
