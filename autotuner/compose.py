@@ -9,7 +9,6 @@ and benchmarks that run whole studies call `make_driver` as users' runs do.
 from __future__ import annotations
 
 import json
-import os
 import platform
 from collections.abc import Callable
 from pathlib import Path
@@ -42,6 +41,8 @@ if TYPE_CHECKING:
     from autotuner.launchers.docker import DockerLauncher
 
 Say = Callable[[str], None]  # one line for the user (the terminal's stderr)
+# The GPU preflight on every node of a Ray cluster at once; a node whose GPUs another job holds waits this long.
+GPU_CHECK_TIMEOUT_S = 900.0
 
 
 def make_driver(experiment: Experiment, *, engine: Engine, launcher: Launcher, tracker: MlflowTracker,
@@ -182,8 +183,36 @@ def check_cluster(driver: StudyDriver, say: Say) -> None:
         raise ConfigError(f"{driver.exp.source}: the Ray cluster cannot run the engine's defaults: {why}")
     if problems := on_ray.check_nodes(driver.exp, driver.binary):
         raise ConfigError("the Ray cluster cannot run this study's trials:\n  " + "\n  ".join(problems))
+    if driver.cfg.hardware.gpus > 0:
+        check_cluster_gpus(driver, say)
     say(f"every node reaches the study's storage, the model and the engine; a launch of the defaults needs "
         f"{want.describe()}")
+
+
+def check_cluster_gpus(driver: StudyDriver, say: Say) -> None:
+    """The GPU preflight on each node that declares GPUs, side by side, each holding all of its node's GPUs:
+    a node whose GPUs fail (a driver, CUDA or fabric fault) stops the study here, named with the fix."""
+    from autotuner.executors import ray as on_ray
+    from autotuner.node.gpu_preflight import failure_text
+    from autotuner.stages import gpu_check
+
+    exp = on_ray.on_cluster(driver.exp)
+    say(f"GPU preflight {gpu_check.where(exp)} on each node with GPUs ...")
+    failures = []
+    for run in on_ray.on_each_node(gpu_check.on_node, exp, driver.binary, with_gpus=True,
+                                   timeout_s=GPU_CHECK_TIMEOUT_S):
+        at = f"node {run.node.describe()}"
+        if run.error is not None:
+            failures.append(f"{at}: the GPU preflight did not run: {run.error}")
+            continue
+        where, verdict = run.value
+        if verdict.problems:
+            failures.append(failure_text(verdict, f"{at}, {where}"))
+            continue
+        for fact in verdict.facts:
+            say(f"  {at}: {fact}")
+    if failures:
+        raise ConfigError("\n".join(failures))
 
 
 def ray_workers(driver: StudyDriver, trials: int) -> int:
@@ -211,25 +240,6 @@ def preflight_gpus(exp: Experiment, pool: Leases | None) -> list[int]:
 def gpu_preflight(exp: Experiment, launcher: Launcher, binary: str | None, pool: Leases | None,
                   say: Say) -> None:
     """Before the first trial: CUDA, P2P and NUMA in the image (or on the host); a fault stops here (exit 2)."""
-    from autotuner.node import gpu_preflight as gp
+    from autotuner.stages import gpu_check
 
-    cfg, gpus = exp.config, preflight_gpus(exp, pool)
-    if cfg.launcher == "docker":
-        where = f"in image {cfg.docker.image if cfg.docker else '?'}"
-        labels = {"autotuner.study": cfg.study_name, "autotuner.role": "preflight"}
-
-        def run(probe: gp.Probe) -> gp.ProbeResult:
-            return gp.ProbeResult(probe, *cast("DockerLauncher", launcher).run_once(list(probe.argv), gpus, labels))
-        python = "python3"
-    else:
-        where = "on this host"
-        python = gp.host_python(binary)
-
-        def run(probe: gp.Probe) -> gp.ProbeResult:
-            return gp.run_on_host(probe, gpus, os.environ)
-    say(f"GPU preflight {where}, GPU(s) {','.join(map(str, gpus))} ...")
-    verdict = gp.check(run, cfg.hardware.gpus, python)
-    if verdict.problems:
-        raise ConfigError(gp.failure_text(verdict, where))
-    for fact in verdict.facts:
-        say(f"  {fact}")
+    gpu_check.before_first_trial(exp, launcher, binary, preflight_gpus(exp, pool), say)

@@ -15,6 +15,7 @@ Ray is imported only here, and only when a study runs on a cluster (the extra `a
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shutil
 import tempfile
@@ -401,22 +402,52 @@ def node_problems(exp: Experiment, binary: str | None, version: str) -> list[str
 def check_nodes(exp: Experiment, binary: str | None) -> list[str]:
     """Each live node's problems, one line each (empty: every node can run trials). The study must exist
     in its storage already (the driver creates it)."""
+    import autotuner
+
+    version = getattr(autotuner, "__version__", "?")
+    lines = []
+    for run in on_each_node(node_problems, on_cluster(exp), binary, version):
+        problems = run.value if run.error is None else [f"the check did not run: {run.error}"]
+        lines += [f"node {run.node.describe()}: {p}" for p in problems]
+    return lines
+
+
+@dataclass(frozen=True)
+class NodeRun:
+    """What a function run on one node returned, or why it did not run there."""
+
+    node: placement.Node
+    value: Any = None
+    error: str | None = None
+
+
+def on_each_node(fn: Callable[..., Any], *args: Any, with_gpus: bool = False,
+                 timeout_s: float = 120.0) -> list[NodeRun]:
+    """`fn(*args)` run once on each live node, side by side. `with_gpus`: only on the nodes that declare
+    GPUs, each run holding all of that node's GPUs and given their ids as one more argument (it waits for
+    GPUs another job holds, up to `timeout_s`)."""
     import ray
     from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
-    import autotuner
-
-    exp = on_cluster(exp)
-    version = getattr(autotuner, "__version__", "?")
-    probe = ray.remote(node_problems)
-    live = nodes()
-    on = [NodeAffinitySchedulingStrategy(n.id, soft=False) for n in live]
-    refs = [probe.options(num_cpus=0, max_retries=0, scheduling_strategy=s).remote(exp, binary, version) for s in on]
-    lines = []
+    live = [n for n in nodes() if n.gpus > 0 or not with_gpus]
+    task = ray.remote(_holding_gpus if with_gpus else fn)
+    refs = []
+    for n in live:
+        on = task.options(num_cpus=0, num_gpus=n.gpus if with_gpus else 0, max_retries=0,
+                          scheduling_strategy=NodeAffinitySchedulingStrategy(n.id, soft=False))
+        refs.append(on.remote(fn, *args) if with_gpus else on.remote(*args))
+    runs, deadline = [], time.monotonic() + timeout_s
     for node, ref in zip(live, refs, strict=True):
         try:
-            problems = ray.get(ref, timeout=120)
-        except Exception as e:  # the node could not even run the check
-            problems = [f"the check did not run: {type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}"]
-        lines += [f"node {node.describe()}: {p}" for p in problems]
-    return lines
+            runs.append(NodeRun(node, ray.get(ref, timeout=max(1.0, deadline - time.monotonic()))))
+        except Exception as e:  # the node could not run it, or not in time (its GPUs held by another job)
+            with contextlib.suppress(Exception):  # finished already: nothing to cancel
+                ray.cancel(ref, force=True)
+            runs.append(NodeRun(node, error=f"{type(e).__name__}: {_first_line(e)[:300]}"))
+    return runs
+
+
+def _holding_gpus(fn: Callable[..., Any], *args: Any) -> Any:
+    import ray
+
+    return fn(*args, [int(g) for g in ray.get_gpu_ids()])

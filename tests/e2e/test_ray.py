@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import shutil
 import signal
 import socket
 import subprocess
@@ -28,10 +29,12 @@ pytestmark = pytest.mark.engine
 
 
 @contextmanager
-def cluster(port: int) -> Iterator[tuple[str, str]]:
-    """A private two-node cluster (the scripts users run), stopped at the end: its address and folder."""
+def cluster(port: int, gpus: int = 0) -> Iterator[tuple[str, str]]:
+    """A private two-node cluster (the scripts users run), stopped at the end: its address and folder.
+    `gpus`: GPUs each node declares (none is here)."""
     folder = tempfile.mkdtemp(prefix=f"atr-{port}-", dir="/tmp")  # Ray's socket paths must stay short
-    env = {**os.environ, "RAY_PORT": str(port), "AUTOTUNER_RAY_DIR": folder, "RAY_NODE_CPUS": "1"}
+    env = {**os.environ, "RAY_PORT": str(port), "AUTOTUNER_RAY_DIR": folder, "RAY_NODE_CPUS": "1",
+           "RAY_NODE_GPUS": str(gpus)}
     try:
         out = subprocess.run([str(REPO / "scripts/start-ray.sh")], env=env, capture_output=True, text=True,
                              timeout=180)
@@ -232,5 +235,25 @@ def test_a_cluster_that_cannot_hold_the_defaults_is_one_clear_error_before_any_t
                          capture_output=True, text=True, timeout=300)
     assert out.returncode == 2, out.stderr[-3000:]
     assert "the Ray cluster cannot run the engine's defaults: needs 1 GPU(s) and 1 CPU(s) on one node" in out.stderr
+    study = optuna.load_study(study_name="on-ray", storage=f"sqlite:///{tmp_path}/autotuner.db")
+    assert study.trials == []
+
+
+def test_the_gpu_preflight_runs_on_each_gpu_node_and_a_failing_node_stops_the_study_before_any_trial(
+        tmp_path, tiny_model, llama_server):
+    # Each node declares a GPU that is not there: the preflight, run on each node holding its GPU, finds no
+    # driver on either, and the study stops naming both nodes (the path a node with a broken driver takes).
+    if shutil.which("nvidia-smi"):
+        pytest.skip("this machine has an NVIDIA driver: the check would pass here")
+    exp = write_study(tmp_path, tiny_model, num_prompts=8, confirm="{top_k: 0}", extra="hardware: {gpus: 1}\n")
+    with cluster(free_port(), gpus=1) as (address, _):
+        out = subprocess.run(tuner_argv(exp, address, tmp_path), cwd=tmp_path, env=env_for(tmp_path, llama_server),
+                             capture_output=True, text=True, timeout=300)
+    assert out.returncode == 2, out.stderr[-3000:]
+    assert "GPU preflight on this host on each node with GPUs ..." in out.stderr
+    failed = [line for line in out.stderr.splitlines() if "GPU preflight (node " in line]
+    assert len(failed) == 2, out.stderr[-3000:]
+    assert all(line.endswith(", on this host) failed; no trial was started:") for line in failed)
+    assert out.stderr.count("nvidia-smi sees no GPU") == 2, out.stderr[-3000:]
     study = optuna.load_study(study_name="on-ray", storage=f"sqlite:///{tmp_path}/autotuner.db")
     assert study.trials == []
