@@ -254,6 +254,11 @@ class Engine:
         """CPU cores one launch keeps busy, when trials share a CPU-only node (None: all of them)."""
         return None
 
+    def host_memory_needed(self, params: Mapping[str, Any], weights: int, kv_per_token: int) -> int:
+        """Bytes of host memory one CPU launch of this config holds: its weights, and the KV cache where
+        the config sizes it (engines that do override this)."""
+        return weights
+
     def find_binary(self) -> tuple[str | None, str]:
         """The executable a local process runs (None when it is missing) and what to do when it is."""
         return None, f"no local executable is known for {self.name}"

@@ -107,6 +107,10 @@ class LlamaCppEngine(Engine):
         threads = [int(params[k]) for k in ("threads", "threads_batch") if params.get(k)]
         return max(threads) if threads else None  # llama.cpp's default: every core
 
+    def host_memory_needed(self, params: Mapping[str, Any], weights: int, kv_per_token: int) -> int:
+        # The KV cache holds ctx_size tokens (shared by the slots); unset, the model's own context: unknown here.
+        return weights + kv_per_token * int(params.get("ctx_size") or 0)
+
     def infeasible(self, params: Mapping[str, Any], context: Mapping[str, Any]) -> list[str]:
         broken = []
         # Quantized V cache needs flash attention in llama.cpp; 'auto' may settle on either.

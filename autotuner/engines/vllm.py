@@ -241,6 +241,10 @@ class VllmEngine(Engine):
             for value in choices.get("parallel_layout", []):
                 parse_layout(value)
 
+    def host_memory_needed(self, params: Mapping[str, Any], weights: int, kv_per_token: int) -> int:
+        # The CPU build's KV cache is the GiB VLLM_CPU_KVCACHE_SPACE names; unset, vLLM sizes it itself.
+        return weights + int(float(params.get("cpu_kvcache_space_gb") or 0) * 2**30)
+
     def gpus_needed(self, params: Mapping[str, Any], engine_args: Sequence[str] = ()) -> int:
         p = self.effective(params, tuple(engine_args))
         return prod(int(p.get(k, 1)) for k in _SIZES)

@@ -2,7 +2,9 @@
 
 A trial's engine and its load generator run on one node: a config needing 8 GPUs needs a node with 8
 free GPUs (Ray places a task on one node). On a CPU-only experiment a config asks for its threads, or a
-whole node when the engine uses every core it sees (llama.cpp's default).
+whole node when the engine uses every core it sees (llama.cpp's default), and the host memory it holds
+(its weights and the KV cache its config sizes; Ray's `memory` resource). A GPU launch asks no memory:
+its weights and cache live on its GPUs.
 """
 
 from __future__ import annotations
@@ -10,6 +12,11 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
+
+GIB = 2**30
+
+def size(memory: float) -> str:
+    return f"{memory / GIB:.1f} GiB" if memory >= GIB else f"{memory / 2**20:.0f} MiB"
 
 
 @dataclass(frozen=True)
@@ -20,10 +27,12 @@ class Node:
     address: str
     cpus: float
     gpus: float
+    memory: float = 0.0  # bytes Ray may hand out (its `memory` resource); 0: not declared
 
     def describe(self) -> str:
         gpus = f", {self.gpus:g} GPU(s)" if self.gpus else ""
-        return f"{self.address} ({self.id[:8]}: {self.cpus:g} CPU(s){gpus})"
+        memory = f", {size(self.memory)}" if self.memory else ""
+        return f"{self.address} ({self.id[:8]}: {self.cpus:g} CPU(s){gpus}{memory})"
 
 
 @dataclass(frozen=True)
@@ -32,30 +41,36 @@ class Need:
 
     cpus: float
     gpus: int
+    memory: int = 0  # bytes of host memory
 
     def describe(self) -> str:
         gpus = f"{self.gpus} GPU(s) and " if self.gpus else ""
-        return f"{gpus}{self.cpus:g} CPU(s) on one node"
+        memory = f" and {size(self.memory)} of memory" if self.memory else ""
+        return f"{gpus}{self.cpus:g} CPU(s){memory} on one node"
 
 
-def need(gpus: int, threads: int | None, nodes: Sequence[Node], *, on_gpus: bool) -> Need:
-    """A config's need: `gpus` (TP x PP x DP; 0 on a GPU experiment: one, the engine's default) and
-    `threads` (None: every core of a node, so the largest node's count)."""
+def need(gpus: int, threads: int | None, nodes: Sequence[Node], *, on_gpus: bool, memory: int = 0) -> Need:
+    """A config's need: `gpus` (TP x PP x DP; 0 on a GPU experiment: one, the engine's default),
+    `threads` (None: every core of a node, so the largest node's count) and, on CPUs, `memory` (bytes)."""
     cpus = float(threads) if threads else max((n.cpus for n in nodes), default=1.0)
     if on_gpus:
         return Need(cpus=1.0 if not threads else cpus, gpus=max(gpus, 1))
-    return Need(cpus=cpus, gpus=0)
+    return Need(cpus=cpus, gpus=0, memory=memory)
 
 
-def config_need(engine: Any, cfg: Any, params: dict[str, Any], nodes: Sequence[Node]) -> Need:
-    """What a launch of `params` asks (the engine's gpus_needed and cpus_needed on experiment `cfg`)."""
+def config_need(engine: Any, cfg: Any, params: dict[str, Any], nodes: Sequence[Node],
+                footprint: tuple[int, int] | None = None) -> Need:
+    """What a launch of `params` asks (the engine's gpus_needed, cpus_needed and, on CPUs with the model's
+    `footprint` (weight bytes, KV bytes a token) known, host_memory_needed, on experiment `cfg`)."""
     on_gpus = cfg.hardware.gpus > 0
     gpus = engine.gpus_needed(params, cfg.engine_args) if on_gpus else 0
-    return need(gpus, engine.cpus_needed(params), nodes, on_gpus=on_gpus)
+    memory = engine.host_memory_needed(params, *footprint) if footprint and not on_gpus else 0
+    return need(gpus, engine.cpus_needed(params), nodes, on_gpus=on_gpus, memory=memory)
 
 
 def holds(node: Node, want: Need) -> bool:
-    return node.cpus >= want.cpus and node.gpus >= want.gpus
+    return (node.cpus >= want.cpus and node.gpus >= want.gpus
+            and (not want.memory or not node.memory or node.memory >= want.memory))
 
 
 def unplaceable(want: Need, nodes: Sequence[Node]) -> str | None:
@@ -97,5 +112,7 @@ def trials_at_once(want: Need, nodes: Sequence[Node]) -> int:
         fits = [n.cpus // want.cpus if want.cpus else float("inf")]
         if want.gpus:
             fits.append(n.gpus // want.gpus)
+        if want.memory and n.memory:
+            fits.append(n.memory // want.memory)
         total += int(min(fits))
     return total

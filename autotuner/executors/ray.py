@@ -28,6 +28,7 @@ from typing import TYPE_CHECKING, Any
 from autotuner.config import ConfigError, Experiment
 from autotuner.core.executor import OnLevel, TrialExecutor, TrialResult
 from autotuner.executors import placement
+from autotuner.models.facts import host_footprint
 from autotuner.util.extras import MissingExtra, require
 
 if TYPE_CHECKING:
@@ -41,6 +42,7 @@ POLL_S = 0.5  # how often the driver looks at the task and its progress lines
 MAX_FILE_BYTES = 32 << 20  # a trial's file larger than this comes back cut to its end
 NODE_LOST = "node-lost"
 NODE_TAG, ADDRESS_TAG = "autotuner.ray_node", "autotuner.ray_node_address"  # where a launch ran (its MLflow run)
+NODE_ID_LABEL = "ray.io/node-id"  # the label Ray gives every node: its id (label selectors match it)
 # What a node's task returns: the launch's result, its files by name, where it ran, its phases' seconds.
 NodeOutcome = tuple[TrialResult, dict[str, bytes], placement.Node, dict[str, float]]
 
@@ -67,7 +69,8 @@ def nodes() -> list[placement.Node]:
     import ray
 
     return [placement.Node(id=n["NodeID"], address=n.get("NodeManagerAddress", "?"),
-                           cpus=float(n["Resources"].get("CPU", 0)), gpus=float(n["Resources"].get("GPU", 0)))
+                           cpus=float(n["Resources"].get("CPU", 0)), gpus=float(n["Resources"].get("GPU", 0)),
+                           memory=float(n["Resources"].get("memory", 0)))
             for n in ray.nodes() if n.get("Alive")]
 
 
@@ -112,9 +115,10 @@ class RayTrialExecutor(TrialExecutor):
         self.on_pin: Callable[[str], None] = lambda node: None  # told that node, once
         self._relay: Any = None
         self._running_on: placement.Node | None = None  # the node the launch in flight said it runs on
+        self.footprint = host_footprint(self.exp.model_path)  # what a CPU launch's memory request counts
 
     def need_of(self, params: dict[str, Any]) -> placement.Need:
-        return placement.config_need(self.engine, self.cfg, params, self.nodes)
+        return placement.config_need(self.engine, self.cfg, params, self.nodes, self.footprint)
 
     def run(self, params: dict[str, Any], *, trial: optuna.Trial | None, trial_dir: Path, progress: Progress,
             timings: dict[str, float], label: str, on_level: OnLevel = lambda step, metrics: None,
@@ -139,19 +143,15 @@ class RayTrialExecutor(TrialExecutor):
                        cache_dir=str(self.cache_dir.resolve()) if self.cache_dir else None, relay=self._relay)
         options: dict[str, Any] = {"num_cpus": want.cpus, "num_gpus": want.gpus, "max_retries": 0,
                                    "name": f"{self.cfg.study_name}/{label}"}
+        if want.memory:
+            options["memory"] = want.memory
         if self.pin and trial is None and measure_levels:
             from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
             options["scheduling_strategy"] = NodeAffinitySchedulingStrategy(self.pin, soft=False)
         elif (lost := self._lost_node(trial)) and (avoid := placement.avoiding(lost, want, self.nodes)):
-            try:
-                from ray._raylet import RAY_NODE_ID_KEY  # type: ignore[attr-defined]  # Cython: no stub
-            except ImportError:  # a Ray without label selectors: the retry goes where Ray puts it
-                progress.note("    this Ray has no label selectors: the retry may land on the node that was lost")
-            else:
-                options["label_selector"] = {RAY_NODE_ID_KEY: f"!in({','.join(avoid)})"}
-                progress.note(f"    measured off the node that was lost ({lost.address}; {len(avoid)} node id(s) "
-                              "avoided)")
+            options["label_selector"] = {NODE_ID_LABEL: f"!in({','.join(avoid)})"}
+            progress.note(f"    measured off the node that was lost ({lost.address}; {len(avoid)} node id(s) avoided)")
         self._running_on = None
         progress.phase(f"waiting for {want.describe()} of the Ray cluster")
         launch = _Launch(_task(options, progress).remote(job), want)
@@ -238,16 +238,24 @@ class RayTrialExecutor(TrialExecutor):
 
     @staticmethod
     def _lost_node(trial: optuna.Trial | None) -> placement.Node | None:
-        """The node a trial this one measures again was lost with (None: not a retry of a lost node)."""
+        """The node a trial this one measures again was lost with (None: not a retry of a lost node). A
+        retry that was itself interrupted passes the lost node on to the retry of it."""
         from autotuner.core import record
 
-        if trial is None or (retry_of := trial.user_attrs.get(record.RETRY_OF)) is None:
+        if trial is None:
             return None
-        earlier = next((t for t in trial.study.get_trials(deepcopy=False) if t.number == retry_of), None)
-        if earlier is None or earlier.user_attrs.get(record.FAILURE_CLASS) != NODE_LOST:
-            return None
-        tags = earlier.user_attrs.get(record.LAUNCH_TAGS) or {}
-        return placement.Node(tags[NODE_TAG], tags.get(ADDRESS_TAG, "?"), 0, 0) if NODE_TAG in tags else None
+        by_number = {t.number: t for t in trial.study.get_trials(deepcopy=False)}
+        retry_of, seen = trial.user_attrs.get(record.RETRY_OF), set[int]()
+        while isinstance(retry_of, int) and retry_of not in seen and (earlier := by_number.get(retry_of)):
+            seen.add(retry_of)
+            failure = earlier.user_attrs.get(record.FAILURE_CLASS)
+            if failure == NODE_LOST:
+                tags = earlier.user_attrs.get(record.LAUNCH_TAGS) or {}
+                return placement.Node(tags[NODE_TAG], tags.get(ADDRESS_TAG, "?"), 0, 0) if NODE_TAG in tags else None
+            if failure != "interrupted":
+                return None
+            retry_of = earlier.user_attrs.get(record.RETRY_OF)
+        return None
 
 
 def _task(options: dict[str, Any], progress: Progress) -> Any:

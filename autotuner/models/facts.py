@@ -78,3 +78,19 @@ def _group_format(quant: dict[str, Any]) -> str | None:
         if len(formats) == 1:
             return str(formats.pop())
     return None
+
+
+def host_footprint(model_path: Path) -> tuple[int, int] | None:
+    """(weight bytes, KV bytes per token at 16 bits) of a GGUF file or a Hugging Face folder, read from
+    their headers; None when neither can be read (what a CPU launch holds in memory is then unknown)."""
+    from autotuner.models.gguf import GgufError, read_gguf
+    from autotuner.models.hf import HfError, read_hf
+
+    try:
+        if model_path.is_file():
+            gguf = read_gguf(model_path)
+            return gguf.weight_bytes, gguf.kv_bytes_per_token
+        hf = read_hf(model_path)
+        return hf.weight_bytes, hf.kv_bytes_per_token()
+    except (GgufError, HfError, OSError, ValueError):
+        return None

@@ -2,7 +2,7 @@
 the prompt set for the reference; a float32 config, which changes the numbers, answers measurably
 differently in the same study, with its agreement and log-prob delta recorded.
 
-One 2-trial study (~20 s per start). Needs scripts/setup-vllm.sh: skipped locally without it, a failure
+One 2-trial study (~20 s per start), with a short prompt set (bfloat16 on a CPU without it is slow). Needs scripts/setup-vllm.sh: skipped locally without it, a failure
 under CI.
 """
 
@@ -31,6 +31,7 @@ workload: {{num_prompts: 4, input_len: 16, output_len: 4, warmup_requests: 0}}
 load: {{max_concurrency: [2]}}
 study: {{storage: "sqlite:///{tmp_path}/study.db"}}
 confirm: {{top_k: 0}}
+quality: {{prompts: 6, max_tokens: 12}}
 advisors: []
 startup_timeout_s: 240
 engine_args: ["--enforce-eager", "--max-model-len", "512"]

@@ -38,7 +38,8 @@ def experiment(tmp_path: Path, model: Path) -> Path:
             .replace("warmup_requests: 4", "warmup_requests: 2").replace("seed: 0", "seed: 3"))
     # The CPU attention backend needs block sizes that are multiples of 32: vLLM dies ~30 s into its start
     # with block size 16; the adapter's rule catches it before any launch.
-    text += "confirm: {top_k: 0}\nenqueue:\n  - {block_size: 16, max_num_seqs: 32}\n"
+    # A short quality prompt set keeps each launch short (the gate itself is tested in test_quality_vllm.py).
+    text += "confirm: {top_k: 0}\nquality: {prompts: 4, max_tokens: 8}\nenqueue:\n  - {block_size: 16, max_num_seqs: 32}\n"
     path = tmp_path / "exp.yaml"
     path.write_text(text)
     return path

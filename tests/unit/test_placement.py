@@ -9,6 +9,7 @@ import pytest
 
 from autotuner.executors import placement
 from autotuner.executors.placement import Need, Node
+from tests.support import REPO
 
 
 def nodes(*shapes: tuple[float, float]) -> list[Node]:
@@ -47,6 +48,34 @@ def test_a_retry_stays_off_the_lost_node_and_its_address_while_another_node_hold
     assert placement.avoiding(lost, eight, [c]) == []  # nothing holds it (the executor says why, not here)
     assert placement.avoiding(lost, eight, [back]) == [a.id]
     assert placement.avoiding(None, one, [a, b]) == []
+
+
+def test_a_cpu_launch_asks_for_the_memory_its_engine_holds_a_gpu_launch_none():
+    from autotuner.config import load_experiment
+    from autotuner.engines._base import get_engine
+
+    cfg = load_experiment(REPO / "experiments/quickstart.yaml").config
+    llama, cluster, gib = get_engine("llamacpp"), nodes((8, 0)), placement.GIB
+    footprint = (2 * gib, 8192)  # 2 GiB of weights, 8 KiB of KV a token
+    assert placement.config_need(llama, cfg, {}, cluster, footprint).memory == 2 * gib  # its own context: unknown
+    assert placement.config_need(llama, cfg, {"ctx_size": 4096}, cluster, footprint).memory == 2 * gib + 4096 * 8192
+    assert placement.config_need(llama, cfg, {}, cluster, None).memory == 0  # an unreadable model asks none
+    vllm = get_engine("vllm")
+    assert placement.config_need(vllm, cfg, {"cpu_kvcache_space_gb": 2}, cluster, footprint).memory == 4 * gib
+    on_gpus = cfg.model_copy(update={"hardware": cfg.hardware.model_copy(update={"gpus": 1})})
+    assert placement.config_need(vllm, on_gpus, {}, nodes((8, 8)), footprint).memory == 0
+
+
+def test_memory_binds_where_a_node_declares_it():
+    big, small = (Node("a" * 8, "10.0.0.1", 16, 0, memory=64 * placement.GIB),
+                  Node("b" * 8, "10.0.0.2", 16, 0, memory=6 * placement.GIB))
+    want = Need(cpus=1, gpus=0, memory=8 * placement.GIB)
+    assert placement.holds(big, want) and not placement.holds(small, want)
+    assert placement.trials_at_once(want, [big, small]) == 8  # 64 GiB / 8 before 16 CPUs / 2
+    why = placement.unplaceable(Need(cpus=2, gpus=0, memory=100 * placement.GIB), [big, small])
+    assert why is not None and "100.0 GiB of memory" in why and "64.0 GiB" in why
+    undeclared = Node("c" * 8, "10.0.0.3", 16, 0)
+    assert placement.holds(undeclared, want)  # a node that declares no memory is not judged by it
 
 
 @pytest.mark.parametrize(("want", "expected"), [
@@ -99,3 +128,37 @@ def test_trials_in_flight_keep_four_rounds_of_results_for_the_sampler_unless_tol
     assert placement.trials_in_flight(one, cluster, trials=3) == 1
     assert placement.trials_in_flight(one, cluster, trials=64, told=40) == 40  # ray.trials_at_once
     assert placement.trials_in_flight(one, cluster, trials=10, told=40) == 10  # never more than asked
+
+
+def test_the_node_a_retry_stays_off_is_found_through_a_retry_that_was_interrupted():
+    import optuna
+
+    from autotuner.core import record
+    from autotuner.executors.ray import ADDRESS_TAG, NODE_LOST, NODE_TAG, RayTrialExecutor
+
+    study = optuna.create_study(storage=optuna.storages.InMemoryStorage())
+
+    def failed(failure: str, retry_of: int | None = None, tags: dict[str, str] | None = None) -> None:
+        trial = study.ask()
+        trial.set_user_attr(record.FAILURE_CLASS, failure)
+        if retry_of is not None:
+            trial.set_user_attr(record.RETRY_OF, retry_of)
+        if tags:
+            trial.set_user_attr(record.LAUNCH_TAGS, tags)
+        study.tell(trial, state=optuna.trial.TrialState.FAIL)
+
+    failed(NODE_LOST, tags={NODE_TAG: "dead" * 4, ADDRESS_TAG: "10.0.0.7"})  # 0: lost with its node
+    failed("interrupted", retry_of=0)  # 1: its retry, killed with the driver
+    failed("server_crash")  # 2
+    failed("interrupted", retry_of=2)  # 3
+
+    def retry_of(number: int) -> optuna.Trial:
+        trial = study.ask()
+        trial.set_user_attr(record.RETRY_OF, number)
+        return trial
+
+    lost = RayTrialExecutor._lost_node(retry_of(1))
+    assert lost is not None and (lost.id, lost.address) == ("dead" * 4, "10.0.0.7")
+    assert RayTrialExecutor._lost_node(retry_of(0)) == lost
+    assert RayTrialExecutor._lost_node(retry_of(3)) is None  # not a node's loss at the chain's start
+    assert RayTrialExecutor._lost_node(study.ask()) is None  # no retry
