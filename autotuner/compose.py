@@ -43,6 +43,7 @@ if TYPE_CHECKING:
 Say = Callable[[str], None]  # one line for the user (the terminal's stderr)
 # The GPU preflight on every node of a Ray cluster at once; a node whose GPUs another job holds waits this long.
 GPU_CHECK_TIMEOUT_S = 900.0
+KERNEL_STAGE_TIMEOUT_S = 12 * 3600.0  # every MoE shard's tuning on one node, one job at a time
 
 
 def make_driver(experiment: Experiment, *, engine: Engine, launcher: Launcher, tracker: MlflowTracker,
@@ -149,7 +150,8 @@ def make_tuner(exp: Experiment, tracking_uri: str | None, results: Path, *, say:
         executor = on_ray.RayTrialExecutor
     elif cfg.hardware.gpus > 0 and worker is None:  # --parallel workers: their parent checked already
         gpu_preflight(exp, launcher, str(binary) if binary else None, pool, say)
-    if cfg.kernels is not None:  # after the preflight, once before the first trial; workers find it done
+    if cfg.kernels is not None and cfg.executor != "ray":  # after the preflight, once; workers find it done
+        # (on a Ray cluster each GPU node tunes for its own GPU: check_cluster)
         from autotuner.stages import kernel_stage
 
         exp, _ = kernel_stage.prepare(exp, engine, say, gpus=preflight_gpus(exp, pool), run_jobs=worker is None)
@@ -185,6 +187,8 @@ def check_cluster(driver: StudyDriver, say: Say) -> None:
         raise ConfigError("the Ray cluster cannot run this study's trials:\n  " + "\n  ".join(problems))
     if driver.cfg.hardware.gpus > 0:
         check_cluster_gpus(driver, say)
+    if driver.cfg.kernels is not None:
+        tune_cluster_kernels(driver, say)
     say(f"every node reaches the study's storage, the model and the engine; a launch of the defaults needs "
         f"{want.describe()}")
 
@@ -213,6 +217,23 @@ def check_cluster_gpus(driver: StudyDriver, say: Say) -> None:
             say(f"  {at}: {fact}")
     if failures:
         raise ConfigError("\n".join(failures))
+
+
+def tune_cluster_kernels(driver: StudyDriver, say: Say) -> None:
+    """The kernel stage on each node that declares GPUs, side by side, each for its own GPU into its own
+    kernel cache (a shared cache: each job tuned once); a node's trials read the cache of their node."""
+    from autotuner.executors import ray as on_ray
+    from autotuner.stages import kernel_stage
+
+    timeout_s = KERNEL_STAGE_TIMEOUT_S
+    say(f"kernels: the kernel stage on each node with GPUs (each node's lines come when it is done; at most "
+        f"{timeout_s / 3600:g} h) ...")
+    for run in on_ray.on_each_node(kernel_stage.on_node, on_ray.on_cluster(driver.exp), with_gpus=True,
+                                   timeout_s=timeout_s):
+        at = f"node {run.node.describe()}"
+        for line in run.value if run.error is None else [f"kernels: the stage did not run ({run.error}): this "
+                                                         "node's trials use the engine's default configs"]:
+            say(f"  {at}: {line}")
 
 
 def ray_workers(driver: StudyDriver, trials: int) -> int:

@@ -332,6 +332,7 @@ def run_on_node(job: TrialJob) -> NodeOutcome:
     from autotuner.engines._base import get_engine
     from autotuner.launchers import make_launcher
     from autotuner.node.pool import Leases, Pool
+    from autotuner.stages import kernel_stage
     from autotuner.util import secrets
 
     exp, cfg = job.experiment, job.experiment.config
@@ -346,6 +347,8 @@ def run_on_node(job: TrialJob) -> NodeOutcome:
         gpu_ids = [int(g) for g in ray.get_gpu_ids()]
         pool = Leases(Pool.of_gpus(gpu_ids), directory=workdir / "leases") if gpu_ids else None
         engine = get_engine(cfg.engine, exp.space.env_params)
+        if cfg.kernels is not None:  # the kernels the stage tuned on this node, for its GPU
+            exp = kernel_stage.for_node(exp, engine, gpu_ids)
         launcher = make_launcher(exp, progress=progress.note)
         executor = TrialExecutor(exp, engine=engine, launcher=launcher, binary=job.binary,
                                  secrets=secrets.collect(cfg.secret_env), pool=pool)

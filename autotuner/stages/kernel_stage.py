@@ -24,8 +24,10 @@ from autotuner.launchers._base import Launcher, env_words, gpu_env, launch_conte
 from autotuner.launchers.docker_command import container_context, container_gpus, docker_run_argv, mounts
 from autotuner.stages import kernels
 from autotuner.util.files import write_atomically
+from autotuner.util.locks import file_lock
 
 POLL_S = 5.0
+LOCK_FILE = "tuning.lock"
 LOG_LINES = 20
 
 
@@ -50,6 +52,24 @@ def prepare(exp: Experiment, engine: Engine, echo: Callable[[str], None], *, gpu
         result = run(exp, engine, make_launcher(kernels.with_cache_mount(exp, writable=True), progress=echo), echo,
                      gpus=gpus)
     return kernels.with_cache_mount(exp), result
+
+
+def on_node(exp: Experiment, gpus: list[int]) -> list[str]:
+    """A Ray node's stage (run there as a task holding all its `gpus`): the jobs tuned for this node's GPU
+    into this node's kernel cache (a cache shared by nodes: each job once, the others reuse it); the lines
+    it said."""
+    from autotuner.engines._base import get_engine
+
+    lines: list[str] = []
+    prepare(exp, get_engine(exp.config.engine, exp.space.env_params), lines.append, gpus=gpus)
+    return lines
+
+
+def for_node(exp: Experiment, engine: Engine, gpus: Sequence[int]) -> Experiment:
+    """A trial's experiment on a Ray node: the cache key of this node's GPU and engine (as `on_node`
+    resolved it there), its kernel cache mounted."""
+    return kernels.with_cache_mount(resolve(exp, engine_version=probe_version(exp, engine),
+                                            gpu=gpus[0] if gpus else 0))
 
 
 def probe_version(exp: Experiment, engine: Engine) -> str | None:
@@ -140,32 +160,34 @@ def run(exp: Experiment, engine: Engine, launcher: Launcher, echo: Callable[[str
     docker = exp.config.launcher == "docker"
     for job in plan.jobs:
         folder = root / str(job.key)
-        if (folder / kernels.DONE_FILE).is_file():
-            result.cached.append(job)
-            echo(f"kernels: {job.key}: tuned before, reused")
-            continue
         folder.mkdir(parents=True, exist_ok=True)
-        try:
-            for stale in kernels.tuned_files(folder):  # an unfinished earlier run's: not this run's results
-                (folder / stale).unlink()
-        except OSError as e:  # a container's root wrote it, say
-            stuck = f"cannot remove {e.filename}, left by an unfinished earlier run ({e.strerror}): remove {folder}"
-            result.failed.append((job, stuck))
-            echo(f"kernels: {job.key}: failed: {stuck}")
-            continue
-        ctx = launcher.context(launch_context(exp, port=0, binary=None))
-        spec = kernels.job_spec(exp, engine, job, ctx, python="python3" if docker else _python(engine), gpus=gpus)
-        echo(f"kernels: {job.key}: tuning ({job.describe()}); log {folder / 'tuner.log'}")
-        why = _run_one(launcher, spec, folder, exp, job)
-        if why:
-            result.failed.append((job, why))
-            echo(f"kernels: {job.key}: failed: {why}; its trials use the engine's default configs")
-            continue
-        files = kernels.tuned_files(folder)
-        write_atomically(folder / kernels.DONE_FILE, json.dumps(
-            {"job": job.describe(), "command": spec.command_line(), "files": files}, indent=1) + "\n")
-        result.tuned.append(job)
-        echo(f"kernels: {job.key}: wrote {', '.join(files)}")
+        # Another node (a Ray cluster's) or study tuning this job into a shared cache: wait for it, then reuse.
+        with file_lock(folder / LOCK_FILE):
+            if (folder / kernels.DONE_FILE).is_file():
+                result.cached.append(job)
+                echo(f"kernels: {job.key}: tuned before, reused")
+                continue
+            try:
+                for stale in kernels.tuned_files(folder):  # an unfinished earlier run's: not this run's results
+                    (folder / stale).unlink()
+            except OSError as e:  # a container's root wrote it, say
+                stuck = f"cannot remove {e.filename}, left by an unfinished earlier run ({e.strerror}): remove {folder}"
+                result.failed.append((job, stuck))
+                echo(f"kernels: {job.key}: failed: {stuck}")
+                continue
+            ctx = launcher.context(launch_context(exp, port=0, binary=None))
+            spec = kernels.job_spec(exp, engine, job, ctx, python="python3" if docker else _python(engine), gpus=gpus)
+            echo(f"kernels: {job.key}: tuning ({job.describe()}); log {folder / 'tuner.log'}")
+            why = _run_one(launcher, spec, folder, exp, job)
+            if why:
+                result.failed.append((job, why))
+                echo(f"kernels: {job.key}: failed: {why}; its trials use the engine's default configs")
+                continue
+            files = kernels.tuned_files(folder)
+            write_atomically(folder / kernels.DONE_FILE, json.dumps(
+                {"job": job.describe(), "command": spec.command_line(), "files": files}, indent=1) + "\n")
+            result.tuned.append(job)
+            echo(f"kernels: {job.key}: wrote {', '.join(files)}")
     return result
 
 

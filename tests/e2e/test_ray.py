@@ -29,11 +29,11 @@ pytestmark = pytest.mark.engine
 
 
 @contextmanager
-def cluster(port: int, gpus: int = 0) -> Iterator[tuple[str, str]]:
+def cluster(port: int, gpus: int = 0, env: dict[str, str] | None = None) -> Iterator[tuple[str, str]]:
     """A private two-node cluster (the scripts users run), stopped at the end: its address and folder.
-    `gpus`: GPUs each node declares (none is here)."""
+    `gpus`: GPUs each node declares (none is here); `env`: more of the nodes' environment."""
     folder = tempfile.mkdtemp(prefix=f"atr-{port}-", dir="/tmp")  # Ray's socket paths must stay short
-    env = {**os.environ, "RAY_PORT": str(port), "AUTOTUNER_RAY_DIR": folder, "RAY_NODE_CPUS": "1",
+    env = {**os.environ, **(env or {}), "RAY_PORT": str(port), "AUTOTUNER_RAY_DIR": folder, "RAY_NODE_CPUS": "1",
            "RAY_NODE_GPUS": str(gpus)}
     try:
         out = subprocess.run([str(REPO / "scripts/start-ray.sh")], env=env, capture_output=True, text=True,
@@ -257,3 +257,42 @@ def test_the_gpu_preflight_runs_on_each_gpu_node_and_a_failing_node_stops_the_st
     assert out.stderr.count("nvidia-smi sees no GPU") == 2, out.stderr[-3000:]
     study = optuna.load_study(study_name="on-ray", storage=f"sqlite:///{tmp_path}/autotuner.db")
     assert study.trials == []
+
+
+def test_the_kernel_stage_runs_on_each_gpu_node_and_tunes_each_job_once_into_a_shared_cache(tmp_path):
+    # The stage as check_cluster runs it: on both nodes at once, each holding its declared GPU, with the
+    # stand-in tuner of the stage's unit tests (one job of six fails: "no GPU here"). The nodes share this
+    # machine's disk, as a cluster's nodes share a cache folder: each job is tuned by one node, and the other
+    # finds it done; the job that fails is tried on both. A trial's experiment on a node reads that cache.
+    import ray
+
+    from autotuner.engines._base import get_engine
+    from autotuner.executors import ray as on_ray
+    from autotuner.stages import kernel_stage, kernels
+    from tests.unit.test_kernels_stage import (
+        GLM5,
+        STAND_IN_TUNER,
+        model_dir,
+        process_experiment,
+        site_with,
+        with_kernels,
+    )
+
+    script = tmp_path / "tuner.py"
+    script.write_text(STAND_IN_TUNER)
+    exp = with_kernels(process_experiment(GLM5, site_with(tmp_path, ray="")), model_dir(tmp_path, None), gpu="G",
+                       engine_version="0.32.0", cache_dir=tmp_path / "kc", script=str(script), timeout_s=120)
+    with cluster(free_port(), gpus=1, env={"AUTOTUNER_VLLM_PYTHON": sys.executable}) as (address, _):
+        ray.init(address=address, namespace="autotuner-test", log_to_driver=False, logging_level="WARNING")
+        try:
+            runs = on_ray.on_each_node(kernel_stage.on_node, exp, with_gpus=True, timeout_s=300)
+        finally:
+            ray.shutdown()
+    assert len(runs) == 2 and all(run.error is None for run in runs), [run.error for run in runs]
+    lines = [line for run in runs for line in run.value]
+    assert sum(": wrote " in line for line in lines) == 5, lines  # each job tuned once, by either node
+    assert sum("tuned before, reused" in line for line in lines) == 5, lines
+    assert sum("failed: the tuner wrote no config (no GPU here)" in line for line in lines) == 2, lines
+    trial_exp = kernel_stage.for_node(exp, get_engine("vllm"), [0])
+    env = kernels.trial_env(trial_exp, get_engine("vllm"), {"parallel_layout": "TP4xPP2", "enable_expert_parallel": True})
+    assert env.get("VLLM_TUNED_CONFIG_FOLDER") == str(tmp_path / "kc/vllm-0.32.0/G/tp4-ep4-auto"), env
