@@ -61,6 +61,14 @@ def ray_address() -> Iterator[str]:
         yield address
 
 
+@pytest.fixture(scope="module")
+def gpu_cluster() -> Iterator[str]:
+    """A private cluster whose two nodes declare a GPU each (none is here); vLLM's python on the nodes is
+    this one (the kernel stage's stand-in tuner runs with it)."""
+    with cluster(free_port(), gpus=1, env={"AUTOTUNER_VLLM_PYTHON": sys.executable}) as (address, _):
+        yield address
+
+
 def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
@@ -240,15 +248,14 @@ def test_a_cluster_that_cannot_hold_the_defaults_is_one_clear_error_before_any_t
 
 
 def test_the_gpu_preflight_runs_on_each_gpu_node_and_a_failing_node_stops_the_study_before_any_trial(
-        tmp_path, tiny_model, llama_server):
+        tmp_path, tiny_model, llama_server, gpu_cluster):
     # Each node declares a GPU that is not there: the preflight, run on each node holding its GPU, finds no
     # driver on either, and the study stops naming both nodes (the path a node with a broken driver takes).
     if shutil.which("nvidia-smi"):
         pytest.skip("this machine has an NVIDIA driver: the check would pass here")
     exp = write_study(tmp_path, tiny_model, num_prompts=8, confirm="{top_k: 0}", extra="hardware: {gpus: 1}\n")
-    with cluster(free_port(), gpus=1) as (address, _):
-        out = subprocess.run(tuner_argv(exp, address, tmp_path), cwd=tmp_path, env=env_for(tmp_path, llama_server),
-                             capture_output=True, text=True, timeout=300)
+    out = subprocess.run(tuner_argv(exp, gpu_cluster, tmp_path), cwd=tmp_path, env=env_for(tmp_path, llama_server),
+                         capture_output=True, text=True, timeout=300)
     assert out.returncode == 2, out.stderr[-3000:]
     assert "GPU preflight on this host on each node with GPUs ..." in out.stderr
     failed = [line for line in out.stderr.splitlines() if "GPU preflight (node " in line]
@@ -259,7 +266,7 @@ def test_the_gpu_preflight_runs_on_each_gpu_node_and_a_failing_node_stops_the_st
     assert study.trials == []
 
 
-def test_the_kernel_stage_runs_on_each_gpu_node_and_tunes_each_job_once_into_a_shared_cache(tmp_path):
+def test_the_kernel_stage_runs_on_each_gpu_node_and_tunes_each_job_once_into_a_shared_cache(tmp_path, gpu_cluster):
     # The stage as check_cluster runs it: on both nodes at once, each holding its declared GPU, with the
     # stand-in tuner of the stage's unit tests (one job of six fails: "no GPU here"). The nodes share this
     # machine's disk, as a cluster's nodes share a cache folder: each job is tuned by one node, and the other
@@ -282,12 +289,11 @@ def test_the_kernel_stage_runs_on_each_gpu_node_and_tunes_each_job_once_into_a_s
     script.write_text(STAND_IN_TUNER)
     exp = with_kernels(process_experiment(GLM5, site_with(tmp_path, ray="")), model_dir(tmp_path, None), gpu="G",
                        engine_version="0.32.0", cache_dir=tmp_path / "kc", script=str(script), timeout_s=120)
-    with cluster(free_port(), gpus=1, env={"AUTOTUNER_VLLM_PYTHON": sys.executable}) as (address, _):
-        ray.init(address=address, namespace="autotuner-test", log_to_driver=False, logging_level="WARNING")
-        try:
-            runs = on_ray.on_each_node(kernel_stage.on_node, exp, with_gpus=True, timeout_s=300)
-        finally:
-            ray.shutdown()
+    ray.init(address=gpu_cluster, namespace="autotuner-test", log_to_driver=False, logging_level="WARNING")
+    try:
+        runs = on_ray.on_each_node(kernel_stage.on_node, exp, with_gpus=True, timeout_s=300)
+    finally:
+        ray.shutdown()
     assert len(runs) == 2 and all(run.error is None for run in runs), [run.error for run in runs]
     lines = [line for run in runs for line in run.value]
     assert sum(": wrote " in line for line in lines) == 5, lines  # each job tuned once, by either node
