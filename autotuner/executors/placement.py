@@ -45,14 +45,16 @@ class Need:
 
     def describe(self) -> str:
         gpus = f"{self.gpus} GPU(s) and " if self.gpus else ""
+        cpus = f"{self.cpus:g} CPU(s)" if self.cpus else "every CPU"
         memory = f" and {size(self.memory)} of memory" if self.memory else ""
-        return f"{gpus}{self.cpus:g} CPU(s){memory} on one node"
+        return f"{gpus}{cpus}{memory} on one node"
 
 
 def need(gpus: int, threads: int | None, nodes: Sequence[Node], *, on_gpus: bool, memory: int = 0) -> Need:
     """A config's need: `gpus` (TP x PP x DP; 0 on a GPU experiment: one, the engine's default),
-    `threads` (None: every core of a node, so the largest node's count) and, on CPUs, `memory` (bytes)."""
-    cpus = float(threads) if threads else max((n.cpus for n in nodes), default=1.0)
+    `threads` (None: every core of a node, so the largest node's count; 0 before a cluster is joined) and,
+    on CPUs, `memory` (bytes)."""
+    cpus = float(threads) if threads else max((n.cpus for n in nodes), default=0.0)
     if on_gpus:
         return Need(cpus=1.0 if not threads else cpus, gpus=max(gpus, 1))
     return Need(cpus=cpus, gpus=0, memory=memory)

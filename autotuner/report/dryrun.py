@@ -47,6 +47,13 @@ def dry_run(exp: Experiment, engine: Engine, n: int, echo: Callable[[str], None]
         echo("# model facts from config.json: " + ", ".join(f"{k}={facts[k]}" for k in known))
     else:
         echo(f"# no config.json at {exp.model_path}: rules on heads, layers and experts are not checked")
+    footprint = None
+    if cfg.executor == "ray":
+        from autotuner.models.facts import host_footprint
+
+        footprint = host_footprint(exp.model_path)
+        echo(f"# executor ray: each trial a Ray task on one node of the cluster at {cfg.ray.address or 'RAY_ADDRESS'} "
+             "(the engine and its load generator there); what each asks is below")
     echo(f"# workload: {cfg.workload.describe()}")
     for line in shape_lines(workload_shape(exp, source)):
         echo(f"#   {line}")
@@ -97,6 +104,10 @@ def dry_run(exp: Experiment, engine: Engine, n: int, echo: Callable[[str], None]
         else:  # the trial's launch, the Docker launcher's host port left to the daemon as in a trial
             if guess and model and trial.user_attrs.get("proposed_by") != "performance-model":
                 echo(f"#   {model.reason(guess)}")
+            if cfg.executor == "ray":
+                from autotuner.executors.placement import config_need
+
+                echo(f"#   on Ray: asks {config_need(engine, cfg, params, [], footprint).describe()}")
             echo(planned(exp, engine, params, port=DRY_RUN_PORT, binary=binary).command)
     echo("")
     echo(f"# {n - infeasible} launchable, {infeasible} infeasible (an infeasible config costs no launch)")

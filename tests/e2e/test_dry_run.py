@@ -3,6 +3,7 @@ and the rule each infeasible sample breaks, with nothing started or written."""
 
 from __future__ import annotations
 
+import re
 import shlex
 import subprocess
 
@@ -154,3 +155,15 @@ def test_glm5_sglang_dry_run_serves_metrics_and_sets_nccl_only_through_its_varia
         env = [run[i + 1] for i, arg in enumerate(run) if arg == "-e"]
         assert any(e.startswith("NCCL_P2P_LEVEL=") for e in env) and any(e.startswith("NCCL_PROTO=") for e in env)
         assert not any(arg.startswith("NCCL_") for arg in run[run.index("--entrypoint"):])  # never a flag
+
+
+def test_a_ray_dry_run_says_what_each_trial_asks_of_the_cluster(tmp_path):
+    out = autotuner("run", "--experiment", str(REPO / "experiments" / "quickstart-ray.yaml"), "--dry-run",
+                    "--trials", "2", cwd=tmp_path)
+    assert out.returncode == 0, out.stderr
+    lines = out.stdout.splitlines()
+    assert any(line.startswith("# executor ray: each trial a Ray task on one node") for line in lines)
+    asks = [line for line in lines if line.startswith("#   on Ray: asks ")]
+    # The defaults' threads: every core of the node Ray picks; the weights (the GGUF's tensor data) in memory.
+    assert re.fullmatch(r"#   on Ray: asks every CPU and \d+ MiB of memory on one node", asks[0]), asks
+    assert len(asks) == 2 and asks[1].endswith("of memory on one node") and "every CPU" not in asks[1], asks
