@@ -39,6 +39,7 @@ if TYPE_CHECKING:
 
 NAMESPACE = "autotuner"
 POLL_S = 0.5  # how often the driver looks at the task and its progress lines
+PENDING_CHECK_S = 30.0  # how often a task not started yet checks that a live node can still hold it
 MAX_FILE_BYTES = 32 << 20  # a trial's file larger than this comes back cut to its end
 NODE_LOST = "node-lost"
 NODE_TAG, ADDRESS_TAG = "autotuner.ray_node", "autotuner.ray_node_address"  # where a launch ran (its MLflow run)
@@ -100,8 +101,8 @@ class _Launch:
 
     ref: Any
     need: placement.Need
-    started: bool = False
     cancelled: bool = False
+    unplaceable: str | None = None  # why no live node can hold it any more (cancelled before it started)
 
 
 class RayTrialExecutor(TrialExecutor):
@@ -182,6 +183,7 @@ class RayTrialExecutor(TrialExecutor):
         import ray
         from ray import exceptions as rx
 
+        check_at = time.monotonic() + PENDING_CHECK_S
         while True:
             ready, _ = ray.wait([launch.ref], timeout=POLL_S)
             self._show(progress)
@@ -191,9 +193,19 @@ class RayTrialExecutor(TrialExecutor):
                 progress.phase(f"{self.stop.requested}: stopping the trial's task (its engine stops with it)")
                 ray.cancel(launch.ref)
                 launch.cancelled = True
+            elif self._running_on is None and not launch.cancelled and time.monotonic() > check_at:
+                # Not started: the nodes that could hold it may have died since (it would wait forever).
+                check_at = time.monotonic() + PENDING_CHECK_S
+                if why := placement.unplaceable(launch.need, nodes()):
+                    launch.unplaceable = why
+                    ray.cancel(launch.ref)
+                    launch.cancelled = True
         try:
             return ray.get(launch.ref)
         except rx.TaskCancelledError:
+            if launch.unplaceable:  # the machine, not the config: measured once more if a node comes back
+                return TrialResult("FAIL", failure_class=NODE_LOST, transient=True,
+                                   reason=f"no live node of the Ray cluster can hold it any more: {launch.unplaceable}")
             by = self.stop.requested or "Ray"
             return TrialResult("FAIL", failure_class="interrupted", reason=f"stopped by {by}: the task was cancelled")
         except rx.RayTaskError as e:  # a bug on the node's side: the trial's failure, never the study's end

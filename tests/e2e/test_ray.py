@@ -302,3 +302,32 @@ def test_the_kernel_stage_runs_on_each_gpu_node_and_tunes_each_job_once_into_a_s
     trial_exp = kernel_stage.for_node(exp, get_engine("vllm"), [0])
     env = kernels.trial_env(trial_exp, get_engine("vllm"), {"parallel_layout": "TP4xPP2", "enable_expert_parallel": True})
     assert env.get("VLLM_TUNED_CONFIG_FOLDER") == str(tmp_path / "kc/vllm-0.32.0/G/tp4-ep4-auto"), env
+
+
+def test_a_task_no_live_node_can_hold_is_cancelled_before_it_starts_not_left_waiting(tmp_path, ray_address,
+                                                                                   monkeypatch):
+    # The nodes that could hold a queued trial died while it waited (here: it asks a GPU no node declares):
+    # without the check it would wait in Ray's queue forever.
+    import ray
+
+    from autotuner.config import load_experiment
+    from autotuner.core.progress import Progress
+    from autotuner.engines._base import get_engine
+    from autotuner.executors import ray as on_ray
+    from autotuner.executors.placement import Need
+    from autotuner.launchers.process import ProcessLauncher
+
+    monkeypatch.setattr(on_ray, "PENDING_CHECK_S", 1.0)
+    ray.init(address=ray_address, namespace="autotuner-test", log_to_driver=False, logging_level="WARNING")
+    try:
+        executor = on_ray.RayTrialExecutor(load_experiment(REPO / "experiments/quickstart-ray.yaml"),
+                                           engine=get_engine("llamacpp"), launcher=ProcessLauncher(tmp_path),
+                                           binary=None, secrets={})
+        queued = ray.remote(lambda: None).options(num_gpus=1, num_cpus=0).remote()
+        t = time.monotonic()
+        result = executor._wait(on_ray._Launch(queued, Need(cpus=0, gpus=1)), Progress(1, "output_tok_per_s"))
+    finally:
+        ray.shutdown()
+    assert time.monotonic() - t < 30
+    assert result.state == "FAIL" and result.failure_class == "node-lost" and result.transient, result.reason
+    assert result.reason.startswith("no live node of the Ray cluster can hold it any more: needs 1 GPU(s)")
