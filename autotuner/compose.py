@@ -42,7 +42,7 @@ if TYPE_CHECKING:
 
 Say = Callable[[str], None]  # one line for the user (the terminal's stderr)
 # The GPU preflight on every node of a Ray cluster at once; a node whose GPUs another job holds waits this long.
-GPU_CHECK_TIMEOUT_S = 900.0
+GPU_CHECK_TIMEOUT_S = 1800.0
 KERNEL_STAGE_TIMEOUT_S = 12 * 3600.0  # every MoE shard's tuning on one node, one job at a time
 
 
@@ -201,11 +201,15 @@ def check_cluster_gpus(driver: StudyDriver, say: Say) -> None:
     from autotuner.stages import gpu_check
 
     exp = on_ray.on_cluster(driver.exp)
-    say(f"GPU preflight {gpu_check.where(exp)} on each node with GPUs ...")
+    say(f"GPU preflight on each node with GPUs ({gpu_check.where(exp).replace('this host', 'the node')}) ...")
     failures = []
     for run in on_ray.on_each_node(gpu_check.on_node, exp, driver.binary, with_gpus=True,
                                    timeout_s=GPU_CHECK_TIMEOUT_S):
         at = f"node {run.node.describe()}"
+        if run.timed_out:  # its GPUs held by another job, or its image still pulling: not a fault of its own
+            say(f"  {at}: the GPU preflight did not end in {GPU_CHECK_TIMEOUT_S:g} s (its GPUs held by another "
+                "job, or the engine's image still being pulled there): that node's GPUs are not checked")
+            continue
         if run.error is not None:
             failures.append(f"{at}: the GPU preflight did not run: {run.error}")
             continue
@@ -225,14 +229,19 @@ def tune_cluster_kernels(driver: StudyDriver, say: Say) -> None:
     from autotuner.executors import ray as on_ray
     from autotuner.stages import kernel_stage
 
+    executor = cast("on_ray.RayTrialExecutor", driver.executor)
     timeout_s = KERNEL_STAGE_TIMEOUT_S
     say(f"kernels: the kernel stage on each node with GPUs (each node's lines come when it is done; at most "
         f"{timeout_s / 3600:g} h) ...")
     for run in on_ray.on_each_node(kernel_stage.on_node, on_ray.on_cluster(driver.exp), with_gpus=True,
                                    timeout_s=timeout_s):
         at = f"node {run.node.describe()}"
-        for line in run.value if run.error is None else [f"kernels: the stage did not run ({run.error}): this "
-                                                         "node's trials use the engine's default configs"]:
+        if run.error is not None:
+            say(f"  {at}: kernels: the stage did not end ({run.error}): this node's trials read what it had tuned "
+                "by then, else the engine's default configs")
+            continue
+        lines, executor.kernel_keys[run.node.id] = run.value
+        for line in lines:
             say(f"  {at}: {line}")
 
 

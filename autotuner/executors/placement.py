@@ -31,7 +31,7 @@ class Node:
 
     def describe(self) -> str:
         gpus = f", {self.gpus:g} GPU(s)" if self.gpus else ""
-        memory = f", {size(self.memory)}" if self.memory else ""
+        memory = f", {size(self.memory)} of memory" if self.memory else ""
         return f"{self.address} ({self.id[:8]}: {self.cpus:g} CPU(s){gpus}{memory})"
 
 
@@ -54,7 +54,8 @@ def need(gpus: int, threads: int | None, nodes: Sequence[Node], *, on_gpus: bool
     """A config's need: `gpus` (TP x PP x DP; 0 on a GPU experiment: one, the engine's default),
     `threads` (None: every core of a node, so the largest node's count; 0 before a cluster is joined) and,
     on CPUs, `memory` (bytes)."""
-    cpus = float(threads) if threads else max((n.cpus for n in nodes), default=0.0)
+    # Every core of the largest node; at least one where nodes declare none (a head started with 0 CPUs).
+    cpus = float(threads) if threads else max([n.cpus for n in nodes] + [1.0]) if nodes else 0.0
     if on_gpus:
         return Need(cpus=1.0 if not threads else cpus, gpus=max(gpus, 1))
     return Need(cpus=cpus, gpus=0, memory=memory)
@@ -71,8 +72,8 @@ def config_need(engine: Any, cfg: Any, params: dict[str, Any], nodes: Sequence[N
 
 
 def holds(node: Node, want: Need) -> bool:
-    return (node.cpus >= want.cpus and node.gpus >= want.gpus
-            and (not want.memory or not node.memory or node.memory >= want.memory))
+    # Ray places a memory request only on a node that declares memory (Ray declares most of it by default).
+    return node.cpus >= want.cpus and node.gpus >= want.gpus and node.memory >= want.memory
 
 
 def unplaceable(want: Need, nodes: Sequence[Node]) -> str | None:
@@ -114,7 +115,7 @@ def trials_at_once(want: Need, nodes: Sequence[Node]) -> int:
         fits = [n.cpus // want.cpus if want.cpus else float("inf")]
         if want.gpus:
             fits.append(n.gpus // want.gpus)
-        if want.memory and n.memory:
+        if want.memory:
             fits.append(n.memory // want.memory)
         total += int(min(fits))
     return total

@@ -103,6 +103,7 @@ class _Launch:
     need: placement.Need
     cancelled: bool = False
     unplaceable: str | None = None  # why no live node can hold it any more (cancelled before it started)
+    avoid: frozenset[str] = frozenset()  # node ids its label selector keeps it off
 
 
 class RayTrialExecutor(TrialExecutor):
@@ -114,6 +115,7 @@ class RayTrialExecutor(TrialExecutor):
         self.nodes = nodes()
         self.pin: str | None = None  # confirmation: every launch on the node of its first
         self.on_pin: Callable[[str], None] = lambda node: None  # told that node, once
+        self.kernel_keys: dict[str, tuple[str, str | None]] = {}  # node id -> its kernel stage's cache key
         self._relay: Any = None
         self._running_on: placement.Node | None = None  # the node the launch in flight said it runs on
         self.footprint = host_footprint(self.exp.model_path)  # what a CPU launch's memory request counts
@@ -141,11 +143,13 @@ class RayTrialExecutor(TrialExecutor):
             self._relay = Queue(actor_options={"num_cpus": 0, "scheduling_strategy": here})
         job = TrialJob(experiment=self.exp, params=params, trial_id=getattr(trial, "_trial_id", None), label=label,
                        gate=gate, measure_levels=measure_levels, binary=self.binary, bans=list(self.bans),
-                       cache_dir=str(self.cache_dir.resolve()) if self.cache_dir else None, relay=self._relay)
+                       cache_dir=str(self.cache_dir.resolve()) if self.cache_dir else None, relay=self._relay,
+                       kernel_keys=self.kernel_keys)
         options: dict[str, Any] = {"num_cpus": want.cpus, "num_gpus": want.gpus, "max_retries": 0,
                                    "name": f"{self.cfg.study_name}/{label}"}
         if want.memory:
             options["memory"] = want.memory
+        avoid: list[str] = []
         if self.pin and trial is None and measure_levels:
             from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
@@ -155,7 +159,7 @@ class RayTrialExecutor(TrialExecutor):
             progress.note(f"    measured off the node that was lost ({lost.address}; {len(avoid)} node id(s) avoided)")
         self._running_on = None
         progress.phase(f"waiting for {want.describe()} of the Ray cluster")
-        launch = _Launch(_task(options, progress).remote(job), want)
+        launch = _Launch(_task(options, progress).remote(job), want, avoid=frozenset(avoid))
         t = time.perf_counter()
         outcome = self._wait(launch, progress)
         timings["cluster_s"] = time.perf_counter() - t
@@ -196,7 +200,7 @@ class RayTrialExecutor(TrialExecutor):
             elif self._running_on is None and not launch.cancelled and time.monotonic() > check_at:
                 # Not started: the nodes that could hold it may have died since (it would wait forever).
                 check_at = time.monotonic() + PENDING_CHECK_S
-                if why := placement.unplaceable(launch.need, nodes()):
+                if why := placement.unplaceable(launch.need, [n for n in nodes() if n.id not in launch.avoid]):
                     launch.unplaceable = why
                     ray.cancel(launch.ref)
                     launch.cancelled = True
@@ -305,6 +309,7 @@ class TrialJob:
     bans: list[Any]
     cache_dir: str | None
     relay: Any
+    kernel_keys: dict[str, tuple[str, str | None]]  # node id -> the kernel cache key its stage tuned under
 
 
 class RelayedProgress:
@@ -360,7 +365,7 @@ def run_on_node(job: TrialJob) -> NodeOutcome:
         pool = Leases(Pool.of_gpus(gpu_ids), directory=workdir / "leases") if gpu_ids else None
         engine = get_engine(cfg.engine, exp.space.env_params)
         if cfg.kernels is not None:  # the kernels the stage tuned on this node, for its GPU
-            exp = kernel_stage.for_node(exp, engine, gpu_ids)
+            exp = kernel_stage.for_node(exp, engine, gpu_ids, job.kernel_keys.get(here.id))
         launcher = make_launcher(exp, progress=progress.note)
         executor = TrialExecutor(exp, engine=engine, launcher=launcher, binary=job.binary,
                                  secrets=secrets.collect(cfg.secret_env), pool=pool)
@@ -442,6 +447,7 @@ class NodeRun:
     node: placement.Node
     value: Any = None
     error: str | None = None
+    timed_out: bool = False  # not ended within the time given (cancelled then)
 
 
 def on_each_node(fn: Callable[..., Any], *args: Any, with_gpus: bool = False,
@@ -450,6 +456,7 @@ def on_each_node(fn: Callable[..., Any], *args: Any, with_gpus: bool = False,
     GPUs, each run holding all of that node's GPUs and given their ids as one more argument (it waits for
     GPUs another job holds, up to `timeout_s`)."""
     import ray
+    from ray.exceptions import GetTimeoutError
     from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
     live = [n for n in nodes() if n.gpus > 0 or not with_gpus]
@@ -465,8 +472,9 @@ def on_each_node(fn: Callable[..., Any], *args: Any, with_gpus: bool = False,
             runs.append(NodeRun(node, ray.get(ref, timeout=max(1.0, deadline - time.monotonic()))))
         except Exception as e:  # the node could not run it, or not in time (its GPUs held by another job)
             with contextlib.suppress(Exception):  # finished already: nothing to cancel
-                ray.cancel(ref, force=True)
-            runs.append(NodeRun(node, error=f"{type(e).__name__}: {_first_line(e)[:300]}"))
+                ray.cancel(ref)  # not forced: its `finally`s stop the containers and processes it started
+            runs.append(NodeRun(node, error=f"{type(e).__name__}: {_first_line(e)[:300]}",
+                                timed_out=isinstance(e, GetTimeoutError)))
     return runs
 
 

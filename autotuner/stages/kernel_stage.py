@@ -24,7 +24,7 @@ from autotuner.launchers._base import Launcher, env_words, gpu_env, launch_conte
 from autotuner.launchers.docker_command import container_context, container_gpus, docker_run_argv, mounts
 from autotuner.stages import kernels
 from autotuner.util.files import write_atomically
-from autotuner.util.locks import file_lock
+from autotuner.util.locks import file_lock, file_lock_if_free
 
 POLL_S = 5.0
 LOCK_FILE = "tuning.lock"
@@ -54,22 +54,27 @@ def prepare(exp: Experiment, engine: Engine, echo: Callable[[str], None], *, gpu
     return kernels.with_cache_mount(exp), result
 
 
-def on_node(exp: Experiment, gpus: list[int]) -> list[str]:
+NodeKey = tuple[str, str | None]  # a node's kernel cache key: its GPU's name and the engine version
+
+
+def on_node(exp: Experiment, gpus: list[int]) -> tuple[list[str], NodeKey]:
     """A Ray node's stage (run there as a task holding all its `gpus`): the jobs tuned for this node's GPU
     into this node's kernel cache (a cache shared by nodes: each job once, the others reuse it); the lines
-    it said."""
+    it said, and the key it tuned under (the node's trials read the cache by it)."""
     from autotuner.engines._base import get_engine
 
     lines: list[str] = []
-    prepare(exp, get_engine(exp.config.engine, exp.space.env_params), lines.append, gpus=gpus)
-    return lines
+    resolved, _ = prepare(exp, get_engine(exp.config.engine, exp.space.env_params), lines.append, gpus=gpus)
+    k = resolved.config.kernels or KernelsConfig()
+    return lines, (k.gpu or "unknown-gpu", k.engine_version)
 
 
-def for_node(exp: Experiment, engine: Engine, gpus: Sequence[int]) -> Experiment:
-    """A trial's experiment on a Ray node: the cache key of this node's GPU and engine (as `on_node`
-    resolved it there), its kernel cache mounted."""
-    return kernels.with_cache_mount(resolve(exp, engine_version=probe_version(exp, engine),
-                                            gpu=gpus[0] if gpus else 0))
+def for_node(exp: Experiment, engine: Engine, gpus: Sequence[int], key: NodeKey | None) -> Experiment:
+    """A trial's experiment on a Ray node: the cache key the stage tuned under on this node (`key`; None:
+    the node joined after the stage, so resolved here as the stage would), its kernel cache mounted."""
+    if key is not None:
+        return kernels.with_cache_mount(resolve(exp, engine_version=key[1], name=key[0]))
+    return kernels.with_cache_mount(resolve(exp, engine_version=probe_version(exp, engine), gpu=gpus[0] if gpus else 0))
 
 
 def probe_version(exp: Experiment, engine: Engine) -> str | None:
@@ -95,11 +100,13 @@ def probe_version(exp: Experiment, engine: Engine) -> str | None:
     return engine.parse_version(out)
 
 
-def resolve(exp: Experiment, *, engine_version: str | None = None, gpu: int = 0) -> Experiment:
-    """`exp` with its kernel cache key filled in: the GPU as nvidia-smi names GPU 0 and `engine_version`
-    (the image's or binary's, as the tuner probed it), where the kernels section leaves them unset."""
+def resolve(exp: Experiment, *, engine_version: str | None = None, gpu: int = 0, name: str | None = None) -> Experiment:
+    """`exp` with its kernel cache key filled in: the GPU as nvidia-smi names GPU `gpu` (or `name`) and
+    `engine_version` (the image's or binary's, as the tuner probed it), where the kernels section leaves them
+    unset."""
     k = exp.config.kernels or KernelsConfig()
-    update = {"gpu": k.gpu or gpu_name(gpu) or "unknown-gpu", "engine_version": k.engine_version or engine_version}
+    update = {"gpu": k.gpu or name or gpu_name(gpu) or "unknown-gpu",
+              "engine_version": k.engine_version or engine_version}
     config = exp.config.model_copy(update={"kernels": k.model_copy(update=update)})
     return exp.model_copy(update={"config": config})
 
@@ -156,39 +163,62 @@ def run(exp: Experiment, engine: Engine, launcher: Launcher, echo: Callable[[str
     docker: one that mounts the kernel cache writable, `kernels.with_cache_mount(exp, writable=True)`)."""
     plan = _plan(exp, engine, echo)
     result = StageResult()
-    root = kernels.cache_root(exp)
-    docker = exp.config.launcher == "docker"
-    for job in plan.jobs:
-        folder = root / str(job.key)
-        folder.mkdir(parents=True, exist_ok=True)
-        # Another node (a Ray cluster's) or study tuning this job into a shared cache: wait for it, then reuse.
-        with file_lock(folder / LOCK_FILE):
-            if (folder / kernels.DONE_FILE).is_file():
+    # A cache shared by nodes (a Ray cluster's) or studies: a job another one tunes now is left for a second
+    # pass, so each tunes a different job meanwhile; by then it is done and reused.
+    held = [job for job in plan.jobs if not _job(exp, engine, launcher, echo, gpus, job, result, wait=False)]
+    for job in held:
+        _job(exp, engine, launcher, echo, gpus, job, result, wait=True)
+    return result
+
+
+def _job(exp: Experiment, engine: Engine, launcher: Launcher, echo: Callable[[str], None], gpus: Sequence[int],
+         job: kernels.TuningJob, result: StageResult, *, wait: bool) -> bool:
+    """Run one job unless it has results (reused); False when another tunes it now and `wait` is False."""
+    folder = kernels.cache_root(exp) / str(job.key)
+    if (folder / kernels.DONE_FILE).is_file():  # before any lock: a read-only cache of tuned jobs is reused
+        result.cached.append(job)
+        echo(f"kernels: {job.key}: tuned before, reused")
+        return True
+    try:
+        with (file_lock(folder / LOCK_FILE) if wait else file_lock_if_free(folder / LOCK_FILE)) as free:
+            if free is False:
+                return False
+            if (folder / kernels.DONE_FILE).is_file():  # tuned by another while this one waited
                 result.cached.append(job)
                 echo(f"kernels: {job.key}: tuned before, reused")
-                continue
-            try:
-                for stale in kernels.tuned_files(folder):  # an unfinished earlier run's: not this run's results
-                    (folder / stale).unlink()
-            except OSError as e:  # a container's root wrote it, say
-                stuck = f"cannot remove {e.filename}, left by an unfinished earlier run ({e.strerror}): remove {folder}"
-                result.failed.append((job, stuck))
-                echo(f"kernels: {job.key}: failed: {stuck}")
-                continue
-            ctx = launcher.context(launch_context(exp, port=0, binary=None))
-            spec = kernels.job_spec(exp, engine, job, ctx, python="python3" if docker else _python(engine), gpus=gpus)
-            echo(f"kernels: {job.key}: tuning ({job.describe()}); log {folder / 'tuner.log'}")
-            why = _run_one(launcher, spec, folder, exp, job)
-            if why:
-                result.failed.append((job, why))
-                echo(f"kernels: {job.key}: failed: {why}; its trials use the engine's default configs")
-                continue
-            files = kernels.tuned_files(folder)
-            write_atomically(folder / kernels.DONE_FILE, json.dumps(
-                {"job": job.describe(), "command": spec.command_line(), "files": files}, indent=1) + "\n")
-            result.tuned.append(job)
-            echo(f"kernels: {job.key}: wrote {', '.join(files)}")
-    return result
+                return True
+            _tune(exp, engine, launcher, echo, gpus, job, folder, result)
+    except OSError as e:  # a cache folder this user cannot write: the lock, or the stale files
+        stuck = f"cannot write {e.filename or folder} ({e.strerror}): remove it or make it writable"
+        result.failed.append((job, stuck))
+        echo(f"kernels: {job.key}: failed: {stuck}")
+    return True
+
+
+def _tune(exp: Experiment, engine: Engine, launcher: Launcher, echo: Callable[[str], None], gpus: Sequence[int],
+          job: kernels.TuningJob, folder: Path, result: StageResult) -> None:
+    try:
+        for stale in kernels.tuned_files(folder):  # an unfinished earlier run's: not this run's results
+            (folder / stale).unlink()
+    except OSError as e:  # a container's root wrote it, say
+        stuck = f"cannot remove {e.filename}, left by an unfinished earlier run ({e.strerror}): remove {folder}"
+        result.failed.append((job, stuck))
+        echo(f"kernels: {job.key}: failed: {stuck}")
+        return
+    ctx = launcher.context(launch_context(exp, port=0, binary=None))
+    python = "python3" if exp.config.launcher == "docker" else _python(engine)
+    spec = kernels.job_spec(exp, engine, job, ctx, python=python, gpus=gpus)
+    echo(f"kernels: {job.key}: tuning ({job.describe()}); log {folder / 'tuner.log'}")
+    why = _run_one(launcher, spec, folder, exp, job)
+    if why:
+        result.failed.append((job, why))
+        echo(f"kernels: {job.key}: failed: {why}; its trials use the engine's default configs")
+        return
+    files = kernels.tuned_files(folder)
+    write_atomically(folder / kernels.DONE_FILE, json.dumps(
+        {"job": job.describe(), "command": spec.command_line(), "files": files}, indent=1) + "\n")
+    result.tuned.append(job)
+    echo(f"kernels: {job.key}: wrote {', '.join(files)}")
 
 
 def _plan(exp: Experiment, engine: Engine, echo: Callable[[str], None]) -> kernels.Plan:

@@ -22,6 +22,22 @@ def file_lock(path: Path) -> Iterator[None]:
             fcntl.flock(f, fcntl.LOCK_UN)
 
 
+@contextlib.contextmanager
+def file_lock_if_free(path: Path) -> Iterator[bool]:
+    """The lock at `path` if nobody holds it (True), else nothing (False), without waiting."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with path.open("a") as f:
+        try:
+            fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            yield False
+            return
+        try:
+            yield True
+        finally:
+            fcntl.flock(f, fcntl.LOCK_UN)
+
+
 def sqlite_path(url: str) -> Path | None:
     """The database file of a sqlite:/// URL, or None for any other URL."""
     return Path(url.removeprefix("sqlite:///")) if url.startswith("sqlite:///") else None

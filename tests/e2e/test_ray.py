@@ -257,7 +257,7 @@ def test_the_gpu_preflight_runs_on_each_gpu_node_and_a_failing_node_stops_the_st
     out = subprocess.run(tuner_argv(exp, gpu_cluster, tmp_path), cwd=tmp_path, env=env_for(tmp_path, llama_server),
                          capture_output=True, text=True, timeout=300)
     assert out.returncode == 2, out.stderr[-3000:]
-    assert "GPU preflight on this host on each node with GPUs ..." in out.stderr
+    assert "GPU preflight on each node with GPUs (on the node) ..." in out.stderr
     failed = [line for line in out.stderr.splitlines() if "GPU preflight (node " in line]
     assert len(failed) == 2, out.stderr[-3000:]
     assert all(line.endswith(", on this host) failed; no trial was started:") for line in failed)
@@ -295,13 +295,15 @@ def test_the_kernel_stage_runs_on_each_gpu_node_and_tunes_each_job_once_into_a_s
     finally:
         ray.shutdown()
     assert len(runs) == 2 and all(run.error is None for run in runs), [run.error for run in runs]
-    lines = [line for run in runs for line in run.value]
+    lines = [line for run in runs for line in run.value[0]]
+    assert [run.value[1] for run in runs] == [("G", "0.32.0")] * 2  # the key each node tuned under
     assert sum(": wrote " in line for line in lines) == 5, lines  # each job tuned once, by either node
     assert sum("tuned before, reused" in line for line in lines) == 5, lines
     assert sum("failed: the tuner wrote no config (no GPU here)" in line for line in lines) == 2, lines
-    trial_exp = kernel_stage.for_node(exp, get_engine("vllm"), [0])
-    env = kernels.trial_env(trial_exp, get_engine("vllm"), {"parallel_layout": "TP4xPP2", "enable_expert_parallel": True})
-    assert env.get("VLLM_TUNED_CONFIG_FOLDER") == str(tmp_path / "kc/vllm-0.32.0/G/tp4-ep4-auto"), env
+    layout = {"parallel_layout": "TP4xPP2", "enable_expert_parallel": True}
+    for key in (runs[0].value[1], None):  # the stage's key for the trial's node; a node that joined later
+        env = kernels.trial_env(kernel_stage.for_node(exp, get_engine("vllm"), [0], key), get_engine("vllm"), layout)
+        assert env.get("VLLM_TUNED_CONFIG_FOLDER") == str(tmp_path / "kc/vllm-0.32.0/G/tp4-ep4-auto"), env
 
 
 def test_a_task_no_live_node_can_hold_is_cancelled_before_it_starts_not_left_waiting(tmp_path, ray_address,

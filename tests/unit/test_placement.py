@@ -75,7 +75,8 @@ def test_memory_binds_where_a_node_declares_it():
     why = placement.unplaceable(Need(cpus=2, gpus=0, memory=100 * placement.GIB), [big, small])
     assert why is not None and "100.0 GiB of memory" in why and "64.0 GiB" in why
     undeclared = Node("c" * 8, "10.0.0.3", 16, 0)
-    assert placement.holds(undeclared, want)  # a node that declares no memory is not judged by it
+    assert not placement.holds(undeclared, want)  # Ray gives no memory where a node declares none
+    assert placement.holds(undeclared, Need(cpus=1, gpus=0))
 
 
 @pytest.mark.parametrize(("want", "expected"), [
