@@ -306,3 +306,47 @@ def test_a_leftover_file_that_cannot_be_removed_fails_that_job_with_what_to_remo
     assert "cannot remove" in failed["vllm-0.32.0/G/tp8-ep1-auto"] and f"remove {folder}" in failed[
         "vllm-0.32.0/G/tp8-ep1-auto"]
     assert not (folder / kernels.DONE_FILE).exists()
+
+
+def test_a_job_another_node_is_tuning_is_left_for_last_then_reused(tmp_path, monkeypatch):
+    # Another node of a Ray cluster holds the first job's lock in a shared cache: this stage tunes the other
+    # jobs meanwhile, then waits for that one and finds it done.
+    import threading
+
+    from autotuner.util.locks import file_lock
+
+    script = tmp_path / "tuner.py"
+    script.write_text(STAND_IN_TUNER)
+    exp = with_kernels(process_experiment(GLM5, site_with(tmp_path, ray="")), model_dir(tmp_path, None), gpu="G",
+                       engine_version="0.32.0", cache_dir=tmp_path / "kc", script=str(script))
+    engine = get_engine("vllm")
+    monkeypatch.setattr(kernel_stage, "_python", lambda engine: sys.executable)
+    monkeypatch.setattr(kernel_stage, "POLL_S", 0.05)
+    first = kernels.plan(exp, engine).jobs[0]
+    folder = tmp_path / "kc" / str(first.key)
+    locked, release = threading.Event(), threading.Event()
+
+    def other_node() -> None:
+        with file_lock(folder / kernel_stage.LOCK_FILE):
+            locked.set()
+            release.wait(60)
+            (folder / kernels.DONE_FILE).write_text("{}")
+
+    holder = threading.Thread(target=other_node)
+    holder.start()
+    locked.wait(10)
+    lines: list[str] = []
+    echo = lines.append
+
+    def said(line: str) -> None:  # the other node finishes once this one has started on everything else
+        echo(line)
+        if sum(": wrote " in seen or ": failed: " in seen for seen in lines) == 5:
+            release.set()
+
+    result = kernel_stage.run(exp, engine, ProcessLauncher(tmp_path / "pids"), said)
+    release.set()
+    holder.join()
+    assert [j.key for j in result.cached] == [first.key]  # reused after the others, not tuned again
+    assert len(result.tuned) + len(result.failed) == 5
+    assert lines.index(f"kernels: {first.key}: tuned before, reused") > max(
+        i for i, line in enumerate(lines) if ": wrote " in line or ": failed: " in line)
