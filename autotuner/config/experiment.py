@@ -363,7 +363,8 @@ class DockerConfig(_Strict):
 class KernelsConfig(_Strict):
     """The kernel stage (autotuner/stages/): before the first trial, the engine's own fused-MoE tuner runs
     once, in the engine's image, for each MoE shard the search space can launch; every trial of that shard
-    then reads the tuned configs. `autotuner kernels` runs the stage alone."""
+    then reads the tuned configs. `autotuner kernels` runs the stage alone. `autotuner run` on a Ray cluster
+    runs the stage on each GPU node instead ([ray](ray.md#the-kernel-stage-on-a-cluster))."""
 
     gpu: str | None = Field(None, min_length=1, description="GPU model, part of the cache key (default: the name "
                             "nvidia-smi gives GPU 0; 'unknown-gpu' where there is none).")
