@@ -50,6 +50,7 @@ from autotuner.util import locks, secrets
 from autotuner.util.interrupts import StopRequests
 
 REFERENCE_TRIES = 2  # launches of the defaults to get the quality gate's reference before giving up
+REFERENCE_POLL_S = 3.0  # how often a worker waiting for another's baseline looks for its reference
 
 # With --advice ask: shown a proposal (the question, its params), the user says yes (True), no (False), or
 # gives the config to launch instead (params, edited).
@@ -256,8 +257,11 @@ class StudyDriver:
                                 concurrency=q.concurrency)
 
     def _reference(self) -> quality.Answers | None:
-        """The defaults' answers stored in the study, if they were asked as this experiment asks."""
-        stored = self.study.user_attrs.get(record.QUALITY_REFERENCE)
+        """The defaults' answers stored in the study."""
+        return self._answers(self.study.user_attrs.get(record.QUALITY_REFERENCE))
+
+    def _answers(self, stored: Any) -> quality.Answers | None:
+        """Answers stored as JSON, if they were asked as this experiment asks."""
         if not stored:
             return None
         try:
@@ -283,9 +287,13 @@ class StudyDriver:
 
     def _ensure_reference(self, number: int, progress: Progress) -> None:
         """Before a candidate is judged: the reference. The baseline trial answers it when it runs first;
-        otherwise (no baseline trial, a resumed study, another worker's baseline still running) the
-        defaults are launched to answer the prompt set only, up to REFERENCE_TRIES times."""
+        while another worker's baseline runs, its answers are awaited; otherwise (no baseline trial, a
+        resumed study, a baseline that gave none) the defaults are launched to answer the prompt set only,
+        up to REFERENCE_TRIES times."""
         if self._quality_settings() is None or self._no_reference or self._reference() is not None:
+            return
+        self._await_running_baseline(number, progress)
+        if self._reference() is not None:
             return
         result = None
         for attempt in range(1, REFERENCE_TRIES + 1):
@@ -302,6 +310,27 @@ class StudyDriver:
         assert result is not None
         self._no_reference = f"the defaults gave no reference answers ({result.failure_class}: {result.reason})"
         progress.note(f"quality: {self._no_reference}: no config's answers are checked in this run")
+
+    def _await_running_baseline(self, number: int, progress: Progress) -> None:
+        """While another worker's baseline trial runs, wait for its answers (it stores them before its load
+        levels) rather than launch the defaults once more to answer the same prompts: on a GPU cluster,
+        one more model load beside it. A baseline whose worker died is failed meanwhile, ending the wait."""
+        said = False
+        while not self.executor.stop.requested and self._reference() is None:
+            running = [t for t in self.study.get_trials(deepcopy=False, states=(TrialState.RUNNING,))
+                       if t.user_attrs.get(record.BASELINE) and t.number != number]
+            if not running:
+                return
+            if answers := next(filter(None, (self._answers(t.user_attrs.get(record.EARLY_ANSWERS))
+                                             for t in running)), None):
+                self._store_reference(answers)
+                return
+            if not said:
+                progress.phase(f"waiting for trial #{running[0].number} (the defaults) to answer the quality "
+                               "prompts (the reference)")
+                said = True
+            time.sleep(REFERENCE_POLL_S)
+            self._recover_dead_workers(progress)
 
     # --- one trial --------------------------------------------------------------------------------------
 

@@ -230,6 +230,8 @@ class TrialExecutor:
             self._check_stop("after warming up")
         if gate is not None:  # before the levels: a config that answers wrongly costs no load level
             await self._check_answers(handle, gate, progress, timings)
+            if gate.reference is None and self.answers is not None and trial is not None:
+                trial.set_user_attr(record.EARLY_ANSWERS, self.answers.to_json())  # see record.EARLY_ANSWERS
             self._check_stop("after checking its answers")
         if not measure_levels:
             return TrialResult("COMPLETE")

@@ -38,6 +38,9 @@ FAILURE_REASON = "failure_reason"
 LOG_TAIL = "log_tail"
 QUALITY = "quality"  # the quality gate's numbers (quality.Score.metrics) and the answering speed
 REUSED_FROM = "reused_from"  # studies before duplicates were re-asked: a reused, not re-measured, result
+# The baseline's answers (quality.Answers.to_json) as soon as it gave them, before its load levels: a
+# worker waiting for the reference goes on then, not when the baseline ends.
+EARLY_ANSWERS = "early_answers"
 
 # Study user attributes.
 CONFIRMATION = "confirmation"  # {trial number: [value or None per confirmation launch]}

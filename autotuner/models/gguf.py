@@ -8,6 +8,7 @@ format is small and stable (https://github.com/ggml-org/ggml/blob/master/docs/gg
 from __future__ import annotations
 
 import math
+import re
 import struct
 from dataclasses import dataclass
 from pathlib import Path
@@ -57,8 +58,36 @@ class GgufFacts:
 
 
 def read_gguf(path: Path) -> GgufFacts:
-    """The facts of the GGUF file at `path`; GgufError when it is not one."""
-    with open(path, "rb") as f:
+    """The facts of the GGUF file at `path` (of the whole model, where it is a split's first file);
+    GgufError when it is not one, or a split's file is missing."""
+    meta, sizes, weight_bytes = _header(path)
+    for other in _other_splits(path, meta):  # llama.cpp loads them with the first: their tensors count
+        _, more, more_bytes = _header(other)
+        sizes += more
+        weight_bytes += more_bytes
+    arch = str(meta.get("general.architecture", "unknown"))
+
+    def fact(name: str, default: int = 0) -> int:
+        value = meta.get(f"{arch}.{name}", default)
+        return int(value[0] if isinstance(value, list) and value else value or default)
+
+    heads = fact("attention.head_count", 1)
+    file_type = meta.get("general.file_type")
+    return GgufFacts(
+        architecture=arch, layers=fact("block_count"), context_length=fact("context_length"),
+        embedding=fact("embedding_length"), heads=heads, kv_heads=fact("attention.head_count_kv", heads),
+        experts=fact("expert_count"),
+        quantization=FILE_TYPES.get(int(file_type), f"type {file_type}") if file_type is not None else "unknown",
+        parameters=sum(sizes), weight_bytes=weight_bytes)
+
+
+def _header(path: Path) -> tuple[dict[str, Any], list[int], int]:
+    """A file's metadata, the element count of each of its tensors, and its tensor data's bytes."""
+    try:
+        f = open(path, "rb")
+    except FileNotFoundError:
+        raise GgufError(f"{path}: no such file") from None
+    with f:
         if f.read(4) != b"GGUF":
             raise GgufError(f"{path}: not a GGUF file (no GGUF magic at its start)")
         version = _read(f, "<I")
@@ -74,20 +103,17 @@ def read_gguf(path: Path) -> GgufFacts:
             sizes.append(math.prod(dims))
         align = int(meta.get("general.alignment", 32))
         data_start = -(-f.tell() // align) * align
-    arch = str(meta.get("general.architecture", "unknown"))
+    return meta, sizes, max(path.stat().st_size - data_start, 0)
 
-    def fact(name: str, default: int = 0) -> int:
-        value = meta.get(f"{arch}.{name}", default)
-        return int(value[0] if isinstance(value, list) and value else value or default)
 
-    heads = fact("attention.head_count", 1)
-    file_type = meta.get("general.file_type")
-    return GgufFacts(
-        architecture=arch, layers=fact("block_count"), context_length=fact("context_length"),
-        embedding=fact("embedding_length"), heads=heads, kv_heads=fact("attention.head_count_kv", heads),
-        experts=fact("expert_count"),
-        quantization=FILE_TYPES.get(int(file_type), f"type {file_type}") if file_type is not None else "unknown",
-        parameters=sum(sizes), weight_bytes=max(path.stat().st_size - data_start, 0))
+def _other_splits(path: Path, meta: dict[str, Any]) -> list[Path]:
+    """The files after the first of a model split by llama.cpp's gguf-split (`NAME-00001-of-00003.gguf`,
+    `split.count` in its metadata); none for a whole model or a split's later file."""
+    count, number = int(meta.get("split.count", 0) or 0), int(meta.get("split.no", 0) or 0)
+    match = re.fullmatch(r"(.+)-(\d{5})-of-(\d{5})\.gguf", path.name)
+    if count <= 1 or number != 0 or match is None:
+        return []
+    return [path.with_name(f"{match[1]}-{i:05d}-of-{count:05d}.gguf") for i in range(2, count + 1)]
 
 
 def _read(f: BinaryIO, fmt: str) -> Any:

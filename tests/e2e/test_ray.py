@@ -142,6 +142,10 @@ def test_a_study_runs_its_trials_as_tasks_on_both_nodes_and_confirms_on_one(tmp_
     summary = optuna.load_study(study_name="on-ray", storage=f"sqlite:///{tmp_path}/autotuner.db").user_attrs
     assert any(f"({n[:8]}:" in summary.get("confirmation_node", "") for n in nodes), summary.get("confirmation_node")
     assert "every launch on Ray node" in (tmp_path / "results" / "on-ray" / "report.md").read_text()
+    # The worker that needed the quality reference while the baseline ran waited for its answers: the
+    # defaults were not launched a second time to answer them (beside it, on this machine, both stalled).
+    assert not list((tmp_path / "results" / "on-ray").glob("quality-reference-*"))
+    assert "to answer the quality prompts (the reference)" in out.stderr
     assert not processes_naming(str(tiny_model)), "an engine outlived its trial"
 
 

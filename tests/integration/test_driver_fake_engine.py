@@ -197,3 +197,23 @@ def test_the_baseline_says_at_which_loads_the_defaults_miss_the_slo(tmp_path):
     (tmp_path / "s.db").unlink()
     (t,), out = study(tmp_path, space, body.replace("ttft_ms_p99: 20", "ttft_ms_p99: 500"), 1)
     assert t.user_attrs["baseline"] and t.state.name == "COMPLETE" and "miss the SLO" not in out
+
+
+def test_a_worker_takes_the_reference_from_a_running_baseline_that_has_answered(tmp_path):
+    # The baseline stores its answers before its load levels: another worker that needs the reference
+    # meanwhile takes them, rather than waiting for the baseline's end or launching the defaults again.
+    space = "  wrong_answers: {type: bool}\n"
+    body = WORK + "load: {max_concurrency: [2]}\nconfirm: {top_k: 0}\nenqueue: [{wrong_answers: false}]\n"
+    (tmp_path / "first").mkdir()
+    (tmp_path / "second").mkdir()
+    base = study(tmp_path / "first", space, body, 1)[0][0]
+    assert base.user_attrs["baseline"] and base.user_attrs["early_answers"]
+    other, out = worker(tmp_path / "second", space, body, ", baseline: false")
+    running = other.study.ask()  # another worker's baseline, in flight, past its answers
+    running.set_user_attr("baseline", True)
+    running.set_user_attr("early_answers", base.user_attrs["early_answers"])
+    trials = other.run(1).get_trials()
+    assert not list((tmp_path / "second" / "results" / "fake").glob("quality-reference-*"))
+    (measured,) = [t for t in trials if t.state.name != "RUNNING"]
+    assert measured.state.name == "COMPLETE" and measured.user_attrs["quality"]["quality_token_agreement"] == 1.0
+    assert other.study.user_attrs["quality_reference"] == base.user_attrs["early_answers"]

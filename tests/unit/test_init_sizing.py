@@ -44,6 +44,33 @@ def test_a_file_that_is_not_gguf_or_is_cut_short_is_one_clear_error(tmp_path):
         read_gguf(tmp_path / "cut.gguf")
 
 
+def test_a_split_model_counts_every_file_from_its_first(tmp_path):
+    # As convert_hf_to_gguf --split-max-tensors writes one (NAME-0000i-of-00003.gguf): llama.cpp is given
+    # the first file and loads the others; its weights are all of theirs.
+    gguf, np = pytest.importorskip("gguf"), pytest.importorskip("numpy")
+    writer = gguf.GGUFWriter(tmp_path / "m.gguf", "llama", split_max_tensors=2)
+    writer.add_block_count(2)
+    writer.add_embedding_length(8)
+    writer.add_head_count(2)
+    for i in range(5):
+        writer.add_tensor(f"blk.{i}.w", np.ones((4, 8 * (i + 1)), dtype=np.float16))
+    writer.write_header_to_file()
+    writer.write_kv_data_to_file()
+    writer.write_tensors_to_file()
+    writer.close()
+    files = sorted(tmp_path.glob("m-*-of-00003.gguf"))
+    assert len(files) == 3
+    readers = [gguf.GGUFReader(str(f)) for f in files]
+    facts = read_gguf(files[0])
+    assert facts.parameters == sum(int(t.n_elements) for r in readers for t in r.tensors) == 4 * 8 * 15
+    assert facts.weight_bytes == sum(int(t.n_bytes) for r in readers for t in r.tensors)
+    assert (facts.layers, facts.embedding) == (2, 8)
+    assert read_gguf(files[1]).parameters == sum(int(t.n_elements) for t in readers[1].tensors)  # a later file: itself
+    files[2].unlink()
+    with pytest.raises(GgufError, match="m-00003-of-00003.gguf: no such file"):
+        read_gguf(files[0])
+
+
 def _loaded(scaffold, tmp_path: Path) -> tuple[ExperimentConfig, SearchSpaceConfig]:
     return (ExperimentConfig.model_validate(yaml.safe_load(scaffold.experiment)),
             SearchSpaceConfig.model_validate(yaml.safe_load(scaffold.space)))
