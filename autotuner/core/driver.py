@@ -292,8 +292,8 @@ class StudyDriver:
         up to REFERENCE_TRIES times."""
         if self._quality_settings() is None or self._no_reference or self._reference() is not None:
             return
-        self._await_running_baseline(number, progress)
-        if self._reference() is not None:
+        self._await_baseline_answers(number, progress)
+        if self._reference() is not None or self._no_reference or self.executor.stop.requested:
             return
         result = None
         for attempt in range(1, REFERENCE_TRIES + 1):
@@ -311,19 +311,28 @@ class StudyDriver:
         self._no_reference = f"the defaults gave no reference answers ({result.failure_class}: {result.reason})"
         progress.note(f"quality: {self._no_reference}: no config's answers are checked in this run")
 
-    def _await_running_baseline(self, number: int, progress: Progress) -> None:
-        """While another worker's baseline trial runs, wait for its answers (it stores them before its load
-        levels) rather than launch the defaults once more to answer the same prompts: on a GPU cluster,
-        one more model load beside it. A baseline whose worker died is failed meanwhile, ending the wait."""
+    def _await_baseline_answers(self, number: int, progress: Progress) -> None:
+        """The answers a baseline trial gave before its load levels (record.EARLY_ANSWERS), waited for
+        while one runs that has not answered yet, rather than launch the defaults once more to answer the
+        same prompts (on a GPU cluster: one more model load, beside it). A baseline whose worker died is
+        failed meanwhile, which ends the wait; its answers, if it gave them, still count."""
         said = False
-        while not self.executor.stop.requested and self._reference() is None:
-            running = [t for t in self.study.get_trials(deepcopy=False, states=(TrialState.RUNNING,))
-                       if t.user_attrs.get(record.BASELINE) and t.number != number]
-            if not running:
-                return
-            if answers := next(filter(None, (self._answers(t.user_attrs.get(record.EARLY_ANSWERS))
-                                             for t in running)), None):
+        while not self.executor.stop.requested:
+            baselines = [t for t in self.study.get_trials(deepcopy=False)
+                         if t.user_attrs.get(record.BASELINE) and t.number != number]
+            early = [t.user_attrs[record.EARLY_ANSWERS] for t in baselines if record.EARLY_ANSWERS in t.user_attrs]
+            if answers := next(filter(None, map(self._answers, early)), None):
                 self._store_reference(answers)
+                return
+            running = [t for t in baselines if t.state == TrialState.RUNNING]
+            gave_none = [e[record.NO_ANSWERS] for t in running
+                         if isinstance(e := t.user_attrs.get(record.EARLY_ANSWERS), dict) and record.NO_ANSWERS in e]
+            if gave_none:  # the defaults, launched once more, would most likely give none either
+                self._no_reference = f"the defaults gave no reference answers ({gave_none[0]})"
+                progress.note(f"quality: {self._no_reference}: no config's answers are checked in this run")
+                return
+            running = [t for t in running if record.EARLY_ANSWERS not in t.user_attrs]  # not answered yet
+            if not running:
                 return
             if not said:
                 progress.phase(f"waiting for trial #{running[0].number} (the defaults) to answer the quality "

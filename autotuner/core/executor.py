@@ -14,6 +14,7 @@ the `trial` it is given.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import time
 import traceback
 from collections.abc import Callable
@@ -229,9 +230,11 @@ class TrialExecutor:
             timings["warmup_s"] = time.perf_counter() - t
             self._check_stop("after warming up")
         if gate is not None:  # before the levels: a config that answers wrongly costs no load level
-            await self._check_answers(handle, gate, progress, timings)
-            if gate.reference is None and self.answers is not None and trial is not None:
-                trial.set_user_attr(record.EARLY_ANSWERS, self.answers.to_json())  # see record.EARLY_ANSWERS
+            no_answers = await self._check_answers(handle, gate, progress, timings)
+            if gate.reference is None and trial is not None:  # the defaults answering: see record.EARLY_ANSWERS
+                early = self.answers.to_json() if self.answers is not None else {record.NO_ANSWERS: no_answers}
+                with contextlib.suppress(Exception):  # a courtesy to the other workers: never this trial's failure
+                    trial.set_user_attr(record.EARLY_ANSWERS, early)
             self._check_stop("after checking its answers")
         if not measure_levels:
             return TrialResult("COMPLETE")
@@ -249,8 +252,9 @@ class TrialExecutor:
             self.records.add_samples(sampler)
 
     async def _check_answers(self, handle: Handle, gate: quality.Gate, progress: Progress,
-                             timings: dict[str, float]) -> None:
-        """Ask the quality prompts; against a reference, fail as `quality` below the bar (quality.py)."""
+                             timings: dict[str, float]) -> str | None:
+        """Ask the quality prompts; against a reference, fail as `quality` below the bar (quality.py).
+        Without one (the defaults answering for it): why they gave no answers, if they gave none."""
         progress.phase(f"checking answers ({gate.settings.prompts} prompts, greedy)")
         t = time.perf_counter()
         try:
@@ -259,16 +263,17 @@ class TrialExecutor:
         except quality.AnswerError as e:
             if gate.reference is None:  # the defaults answering for the reference: no reference, still measured
                 progress.note(f"    quality: the defaults gave no answers to the prompt set ({e})")
-                return
+                return str(e)
             raise _Failed("client-errors", f"no answer to the quality prompts: {e}",
                           self.launcher.logs(handle, LOG_TAIL_LINES)) from None
         timings["quality_s"] = time.perf_counter() - t
         if gate.reference is None:
-            return
+            return None
         self.score = quality.compare(gate.reference, self.answers)
         if why := quality.judge(self.score, gate.bar):
             raise _Failed("quality", why)
         progress.note(f"    answers as the defaults': {quality.describe(self.score)}")
+        return None
 
     async def _measure_levels(self, handle: Handle, trial: optuna.Trial | None,
                               progress: Progress, timings: dict[str, float],

@@ -38,9 +38,10 @@ FAILURE_REASON = "failure_reason"
 LOG_TAIL = "log_tail"
 QUALITY = "quality"  # the quality gate's numbers (quality.Score.metrics) and the answering speed
 REUSED_FROM = "reused_from"  # studies before duplicates were re-asked: a reused, not re-measured, result
-# The baseline's answers (quality.Answers.to_json) as soon as it gave them, before its load levels: a
-# worker waiting for the reference goes on then, not when the baseline ends.
+# The baseline's answers (quality.Answers.to_json) as soon as it gave them, before its load levels, or
+# {NO_ANSWERS: why} when it gave none: a worker waiting for the reference goes on then, not at its end.
 EARLY_ANSWERS = "early_answers"
+NO_ANSWERS = "no_answers"
 
 # Study user attributes.
 CONFIRMATION = "confirmation"  # {trial number: [value or None per confirmation launch]}
@@ -73,6 +74,7 @@ class TrialView:
     reused_from: int | None = None
     quality: dict[str, float] = field(default_factory=dict)
     transient: bool = False
+    launch_tags: dict[str, str] = field(default_factory=dict)  # where and how it ran (image, Ray node, kernels)
 
     @property
     def value(self) -> float | None:
@@ -123,6 +125,7 @@ def view(trial: FrozenTrial) -> TrialView:
         engine_version=a.get(ENGINE_VERSION), proposed_by=a.get(PROPOSED_BY), reason=a.get(REASON),
         retry_of=a.get(RETRY_OF), duplicate_of=a.get(DUPLICATE_OF), reused_from=a.get(REUSED_FROM),
         quality=dict(a.get(QUALITY) or {}), transient=bool(a.get(TRANSIENT)),
+        launch_tags=dict(a.get(LAUNCH_TAGS) or {}),
     )
 
 

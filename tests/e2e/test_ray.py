@@ -142,10 +142,9 @@ def test_a_study_runs_its_trials_as_tasks_on_both_nodes_and_confirms_on_one(tmp_
     summary = optuna.load_study(study_name="on-ray", storage=f"sqlite:///{tmp_path}/autotuner.db").user_attrs
     assert any(f"({n[:8]}:" in summary.get("confirmation_node", "") for n in nodes), summary.get("confirmation_node")
     assert "every launch on Ray node" in (tmp_path / "results" / "on-ray" / "report.md").read_text()
-    # The worker that needed the quality reference while the baseline ran waited for its answers: the
-    # defaults were not launched a second time to answer them (beside it, on this machine, both stalled).
+    # The worker that needed the quality reference while the baseline ran took (or waited for) its answers:
+    # the defaults were not launched a second time to answer them (beside it, on this machine, both stalled).
     assert not list((tmp_path / "results" / "on-ray").glob("quality-reference-*"))
-    assert "to answer the quality prompts (the reference)" in out.stderr
     assert not processes_naming(str(tiny_model)), "an engine outlived its trial"
 
 
@@ -295,11 +294,14 @@ def test_the_kernel_stage_runs_on_each_gpu_node_and_tunes_each_job_once_into_a_s
                        engine_version="0.32.0", cache_dir=tmp_path / "kc", script=str(script), timeout_s=120)
     ray.init(address=gpu_cluster, namespace="autotuner-test", log_to_driver=False, logging_level="WARNING")
     try:
-        runs = on_ray.on_each_node(kernel_stage.on_node, exp, with_gpus=True, timeout_s=300)
+        said: list[tuple[str, str]] = []  # each line as the node said it, through the driver's queue
+        runs = on_ray.on_each_node(kernel_stage.on_node, exp, with_gpus=True, timeout_s=300,
+                                   on_line=lambda node, line: said.append((node.id, line)))
     finally:
         ray.shutdown()
     assert len(runs) == 2 and all(run.error is None for run in runs), [run.error for run in runs]
     lines = [line for run in runs for line in run.value[0]]
+    assert sorted(said) == sorted((run.node.id, line) for run in runs for line in run.value[0])
     assert [run.value[1] for run in runs] == [("G", "0.32.0")] * 2  # the key each node tuned under
     assert sum(": wrote " in line for line in lines) == 5, lines  # each job tuned once, by either node
     assert sum("tuned before, reused" in line for line in lines) == 5, lines

@@ -217,3 +217,19 @@ def test_a_worker_takes_the_reference_from_a_running_baseline_that_has_answered(
     (measured,) = [t for t in trials if t.state.name != "RUNNING"]
     assert measured.state.name == "COMPLETE" and measured.user_attrs["quality"]["quality_token_agreement"] == 1.0
     assert other.study.user_attrs["quality_reference"] == base.user_attrs["early_answers"]
+
+
+def test_a_worker_checks_no_answers_when_the_running_baseline_gave_none(tmp_path):
+    # The defaults gave no answers (here: said so by a running baseline): launching them once more for the
+    # reference would cost a model load for the same outcome; the worker measures without the check.
+    space = "  wrong_answers: {type: bool}\n"
+    body = WORK + "load: {max_concurrency: [2]}\nconfirm: {top_k: 0}\nenqueue: [{wrong_answers: true}]\n"
+    other, out = worker(tmp_path, space, body, ", baseline: false")
+    running = other.study.ask()
+    running.set_user_attr("baseline", True)
+    running.set_user_attr("early_answers", {"no_answers": "HTTP 500 on every prompt"})
+    trials = other.run(1).get_trials()
+    assert not list((tmp_path / "results" / "fake").glob("quality-reference-*"))
+    (measured,) = [t for t in trials if t.state.name != "RUNNING"]
+    assert measured.state.name == "COMPLETE"  # its wrong answers unchecked: no reference to check them by
+    assert "the defaults gave no reference answers (HTTP 500 on every prompt)" in out.getvalue()
