@@ -231,18 +231,15 @@ def tune_cluster_kernels(driver: StudyDriver, say: Say) -> None:
 
     executor = cast("on_ray.RayTrialExecutor", driver.executor)
     timeout_s = KERNEL_STAGE_TIMEOUT_S
-    say(f"kernels: the kernel stage on each node with GPUs (each node's lines come when it is done; at most "
-        f"{timeout_s / 3600:g} h) ...")
-    for run in on_ray.on_each_node(kernel_stage.on_node, on_ray.on_cluster(driver.exp), with_gpus=True,
-                                   timeout_s=timeout_s):
-        at = f"node {run.node.describe()}"
+    say(f"kernels: the kernel stage on each node with GPUs, side by side (at most {timeout_s / 3600:g} h) ...")
+    runs = on_ray.on_each_node(kernel_stage.on_node, on_ray.on_cluster(driver.exp), with_gpus=True,
+                               timeout_s=timeout_s, on_line=lambda node, line: say(f"  node {node.describe()}: {line}"))
+    for run in runs:
         if run.error is not None:
-            say(f"  {at}: kernels: the stage did not end ({run.error}): this node's trials read what it had tuned "
-                "by then, else the engine's default configs")
+            say(f"  node {run.node.describe()}: kernels: the stage did not end ({run.error}): this node's trials "
+                "read what it had tuned by then, else the engine's default configs")
             continue
-        lines, executor.kernel_keys[run.node.id] = run.value
-        for line in lines:
-            say(f"  {at}: {line}")
+        _, executor.kernel_keys[run.node.id] = run.value
 
 
 def ray_workers(driver: StudyDriver, trials: int) -> int:

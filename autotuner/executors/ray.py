@@ -126,8 +126,6 @@ class RayTrialExecutor(TrialExecutor):
     def run(self, params: dict[str, Any], *, trial: optuna.Trial | None, trial_dir: Path, progress: Progress,
             timings: dict[str, float], label: str, on_level: OnLevel = lambda step, metrics: None,
             gate: quality.Gate | None = None, measure_levels: bool = True) -> TrialResult:
-        import ray
-
         broken = self.infeasible(params, banned=trial is not None)
         if broken:
             return TrialResult("FAIL", failure_class="infeasible", reason="; ".join(broken))
@@ -135,12 +133,8 @@ class RayTrialExecutor(TrialExecutor):
         self.nodes = nodes()
         if why := placement.unplaceable(want, self.nodes):
             return TrialResult("FAIL", failure_class="infeasible", reason=f"no node of the Ray cluster fits: {why}")
-        if self._relay is None:  # on this machine's node: a queue on another node would die with it
-            from ray.util.queue import Queue
-            from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
-
-            here = NodeAffinitySchedulingStrategy(ray.get_runtime_context().get_node_id(), soft=True)
-            self._relay = Queue(actor_options={"num_cpus": 0, "scheduling_strategy": here})
+        if self._relay is None:
+            self._relay = _queue_here()
         job = TrialJob(experiment=self.exp, params=params, trial_id=getattr(trial, "_trial_id", None), label=label,
                        gate=gate, measure_levels=measure_levels, binary=self.binary, bans=list(self.bans),
                        cache_dir=str(self.cache_dir.resolve()) if self.cache_dir else None, relay=self._relay,
@@ -274,6 +268,16 @@ class RayTrialExecutor(TrialExecutor):
         return None
 
 
+def _queue_here() -> Any:
+    """A queue that tasks send lines to, on this machine's node: a queue on another node would die with it."""
+    import ray
+    from ray.util.queue import Queue
+    from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
+
+    here = NodeAffinitySchedulingStrategy(ray.get_runtime_context().get_node_id(), soft=True)
+    return Queue(actor_options={"num_cpus": 0, "scheduling_strategy": here})
+
+
 def _task(options: dict[str, Any], progress: Progress) -> Any:
     """The node's task with `options`; without the label selector where this Ray refuses one (older than
     label selectors on tasks: it checks the options here), so a retry is not lost over where it goes."""
@@ -382,6 +386,7 @@ def run_on_node(job: TrialJob) -> NodeOutcome:
         trial_dir, timings = workdir / job.label, dict[str, float]()
         result = executor.run(job.params, trial=trial, trial_dir=trial_dir, progress=progress,  # type: ignore[arg-type]
                               timings=timings, label=job.label, gate=job.gate, measure_levels=job.measure_levels)
+        result.launch_tags.update(kernel_stage.key_tags(exp))  # the winner's command reads the same kernels
         return result, _files(trial_dir), here, timings
     finally:
         shutil.rmtree(workdir, ignore_errors=True)
@@ -450,35 +455,96 @@ class NodeRun:
     timed_out: bool = False  # not ended within the time given (cancelled then)
 
 
-def on_each_node(fn: Callable[..., Any], *args: Any, with_gpus: bool = False,
-                 timeout_s: float = 120.0) -> list[NodeRun]:
+def on_each_node(fn: Callable[..., Any], *args: Any, with_gpus: bool = False, timeout_s: float = 120.0,
+                 on_line: Callable[[placement.Node, str], None] | None = None) -> list[NodeRun]:
     """`fn(*args)` run once on each live node, side by side. `with_gpus`: only on the nodes that declare
     GPUs, each run holding all of that node's GPUs and given their ids as one more argument (it waits for
-    GPUs another job holds, up to `timeout_s`)."""
+    GPUs another job holds, up to `timeout_s`). `on_line`: `fn` is given a `say` too, and each line it
+    says comes to `on_line` with its node as it is said (a stage of hours is watched, not awaited)."""
     import ray
-    from ray.exceptions import GetTimeoutError
     from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
     live = [n for n in nodes() if n.gpus > 0 or not with_gpus]
-    task = ray.remote(_holding_gpus if with_gpus else fn)
-    refs = []
-    for n in live:
-        on = task.options(num_cpus=0, num_gpus=n.gpus if with_gpus else 0, max_retries=0,
-                          scheduling_strategy=NodeAffinitySchedulingStrategy(n.id, soft=False))
-        refs.append(on.remote(fn, *args) if with_gpus else on.remote(*args))
-    runs, deadline = [], time.monotonic() + timeout_s
-    for node, ref in zip(live, refs, strict=True):
-        try:
-            runs.append(NodeRun(node, ray.get(ref, timeout=max(1.0, deadline - time.monotonic()))))
-        except Exception as e:  # the node could not run it, or not in time (its GPUs held by another job)
-            with contextlib.suppress(Exception):  # finished already: nothing to cancel
-                ray.cancel(ref)  # not forced: its `finally`s stop the containers and processes it started
-            runs.append(NodeRun(node, error=f"{type(e).__name__}: {_first_line(e)[:300]}",
-                                timed_out=isinstance(e, GetTimeoutError)))
-    return runs
+    by_id = {n.id: n for n in live}
+    relay: Any = None
+    refs: list[Any] = []
+
+    def relay_lines() -> None:
+        nonlocal relay
+        if relay is not None and not _drain(relay, lambda item: on_line(by_id[item[0]], item[1])):  # type: ignore[misc]
+            relay = None  # the queue is gone: the nodes go on, their lines are lost
+
+    try:
+        relay = _queue_here() if on_line is not None else None
+        refs = [ray.remote(_on_node).options(num_cpus=0, num_gpus=n.gpus if with_gpus else 0, max_retries=0,
+                                             scheduling_strategy=NodeAffinitySchedulingStrategy(n.id, soft=False))
+                .remote(fn, args, with_gpus, relay, n.id) for n in live]
+        deadline, pending = time.monotonic() + timeout_s, list(refs)
+        while pending and (left := deadline - time.monotonic()) > 0:
+            _, pending = ray.wait(pending, num_returns=len(pending), timeout=min(POLL_S, left))
+            relay_lines()
+        runs = [_node_run(node, ref, ref in pending, timeout_s) for node, ref in zip(live, refs, strict=True)]
+        relay_lines()
+        return runs
+    except BaseException:  # Ctrl-C included: no node's task may hold its GPUs on after this
+        for ref in refs:
+            _cancel(ref)
+        raise
+    finally:
+        if relay is not None:
+            with contextlib.suppress(Exception):
+                relay.shutdown()
 
 
-def _holding_gpus(fn: Callable[..., Any], *args: Any) -> Any:
+def _node_run(node: placement.Node, ref: Any, late: bool, timeout_s: float) -> NodeRun:
     import ray
 
-    return fn(*args, [int(g) for g in ray.get_gpu_ids()])
+    if late:  # not in time (its GPUs held by another job)
+        _cancel(ref)
+        return NodeRun(node, error=f"not ended in {timeout_s:g} s", timed_out=True)
+    try:
+        return NodeRun(node, ray.get(ref))
+    except Exception as e:  # the node could not run it
+        return NodeRun(node, error=f"{type(e).__name__}: {_first_line(e)[:300]}")
+
+
+def _cancel(ref: Any) -> None:
+    """Cancel a node's task, not forced: its `finally`s stop the containers and processes it started."""
+    import ray
+
+    with contextlib.suppress(Exception):  # ended already: nothing to cancel
+        ray.cancel(ref)
+
+
+def _drain(relay: Any, take: Callable[[Any], None]) -> bool:
+    """Each item in `relay`, in the order sent; False when the queue (or what takes its items) failed."""
+    from ray.util.queue import Empty
+
+    try:
+        while True:
+            take(relay.get_nowait())
+    except Empty:
+        return True
+    except Exception:
+        return False
+
+
+def _on_node(fn: Callable[..., Any], args: tuple[Any, ...], with_gpus: bool, relay: Any, node_id: str) -> Any:
+    """On the node: `fn` with the GPU ids Ray gave the task, and a `say` that sends each line to `relay`."""
+    import ray
+
+    gpus = [[int(g) for g in ray.get_gpu_ids()]] if with_gpus else []
+    if relay is None:
+        return fn(*args, *gpus)
+
+    sent: list[Any] = []
+
+    def say(text: str) -> None:  # sent, not awaited (as RelayedProgress); a line lost with the queue is lost
+        with contextlib.suppress(Exception):
+            sent.append(relay.actor.put_nowait.remote((node_id, text)))
+
+    try:
+        return fn(*args, *gpus, say=say)
+    finally:  # every line in the queue before the driver sees the task end, the last ones included
+        with contextlib.suppress(Exception):
+            ray.wait(sent, num_returns=len(sent), timeout=30)

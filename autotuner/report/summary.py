@@ -52,6 +52,7 @@ class TrialRow:
     command: str = ""
     values: list[float] = field(default_factory=list)  # every objective metric, at the scored level
     quality: dict[str, float] = field(default_factory=dict)  # the quality gate's numbers (quality.Score)
+    launch_tags: dict[str, str] = field(default_factory=dict)  # where and how it ran (record.TrialView)
 
     @property
     def median(self) -> float:
@@ -149,6 +150,7 @@ def _row(t: record.TrialView, c: winner.Candidate, metric: str, direction: str) 
         spread=None if spread is None or (isinstance(spread, float) and math.isnan(spread)) else float(spread),
         repeats=c.measured, flaky=c.flaky, limit=limit.kind, limit_why=limit.why,
         plateau=plateau.text if plateau else None, command=t.command, quality=dict(t.quality),
+        launch_tags=dict(t.launch_tags),
     )
 
 

@@ -55,16 +55,24 @@ def prepare(exp: Experiment, engine: Engine, echo: Callable[[str], None], *, gpu
 
 
 NodeKey = tuple[str, str | None]  # a node's kernel cache key: its GPU's name and the engine version
+KEY_TAGS = ("autotuner.kernel_gpu", "autotuner.kernel_engine_version")  # the key a launch read, as its tags
 
 
-def on_node(exp: Experiment, gpus: list[int]) -> tuple[list[str], NodeKey]:
+def on_node(exp: Experiment, gpus: list[int], say: Callable[[str], None] | None = None) -> tuple[list[str], NodeKey]:
     """A Ray node's stage (run there as a task holding all its `gpus`): the jobs tuned for this node's GPU
     into this node's kernel cache (a cache shared by nodes: each job once, the others reuse it); the lines
-    it said, and the key it tuned under (the node's trials read the cache by it)."""
+    it said (to `say` too, as it says them), and the key it tuned under (the node's trials read the cache
+    by it)."""
     from autotuner.engines._base import get_engine
 
     lines: list[str] = []
-    resolved, _ = prepare(exp, get_engine(exp.config.engine, exp.space.env_params), lines.append, gpus=gpus)
+
+    def keep(line: str) -> None:
+        lines.append(line)
+        if say is not None:
+            say(line)
+
+    resolved, _ = prepare(exp, get_engine(exp.config.engine, exp.space.env_params), keep, gpus=gpus)
     k = resolved.config.kernels or KernelsConfig()
     return lines, (k.gpu or "unknown-gpu", k.engine_version)
 
@@ -75,6 +83,20 @@ def for_node(exp: Experiment, engine: Engine, gpus: Sequence[int], key: NodeKey 
     if key is not None:
         return kernels.with_cache_mount(resolve(exp, engine_version=key[1], name=key[0]))
     return kernels.with_cache_mount(resolve(exp, engine_version=probe_version(exp, engine), gpu=gpus[0] if gpus else 0))
+
+
+def key_tags(exp: Experiment) -> dict[str, str]:
+    """A launch's kernel cache key as its launch tags (a Ray node's trials: the key of that node)."""
+    version, gpu = kernels.cache_key(exp)
+    return {KEY_TAGS[0]: gpu, KEY_TAGS[1]: version} if exp.config.kernels is not None else {}
+
+
+def as_launched(exp: Experiment, tags: dict[str, str]) -> Experiment:
+    """`exp` as a trial with these launch tags ran it: the kernel cache key its node tuned under (where the
+    experiment leaves it unset) and the cache mounted, so the winner's command reads the kernels it read."""
+    if exp.config.kernels is None or KEY_TAGS[0] not in tags:
+        return exp
+    return kernels.with_cache_mount(resolve(exp, engine_version=tags.get(KEY_TAGS[1]), name=tags[KEY_TAGS[0]]))
 
 
 def probe_version(exp: Experiment, engine: Engine) -> str | None:

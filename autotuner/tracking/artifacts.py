@@ -32,6 +32,7 @@ from autotuner.core.resolved import experiment_from_text, resolved_experiment
 from autotuner.core.study import best_trial, primary_value
 from autotuner.engines._base import Engine
 from autotuner.report import export, plots
+from autotuner.stages import kernel_stage
 from autotuner.tracking import MlflowTracker
 from autotuner.util.secrets import Redactor
 from autotuner.workloads.source import shape_lines
@@ -82,6 +83,7 @@ def target(exp: Experiment) -> float | None:
 def winner_text(fmt: str, engine: Engine, exp: Experiment, row: report.TrialRow, binary: str | None,
                 version: str, image: str | None = None) -> str:
     """A trial (the best) in one of export.FORMATS, built as its trials were launched (autotuner.core.launch)."""
+    exp = kernel_stage.as_launched(exp, row.launch_tags)  # a Ray node's kernels, where the node chose the key
     if fmt in ("k8s", "helm-values"):
         return _k8s(engine, exp, row, image, version, fmt)
     winner = launch.planned(exp, engine, row.params, port=launch.EXPORT_PORT, binary=binary,

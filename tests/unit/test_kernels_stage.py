@@ -350,3 +350,29 @@ def test_a_job_another_node_is_tuning_is_left_for_last_then_reused(tmp_path, mon
     assert len(result.tuned) + len(result.failed) == 5
     assert lines.index(f"kernels: {first.key}: tuned before, reused") > max(
         i for i, line in enumerate(lines) if ": wrote " in line or ": failed: " in line)
+
+
+def test_the_winners_command_reads_the_kernels_its_ray_node_tuned_under(tmp_path):
+    # On a Ray cluster each node resolves the cache key (its GPU's name) and tags its trials with it; the
+    # driver's machine knows no GPU. The exported command follows the winner's tags, not the driver's guess.
+    from autotuner.report.summary import TrialRow
+    from autotuner.tracking.artifacts import winner_text
+
+    exp = with_kernels(load_experiment(GLM5), model_dir(tmp_path, None), cache_dir=tmp_path / "kc")
+    params = {"parallel_layout": "TP4xPP2", "enable_expert_parallel": True}
+    done = tmp_path / "kc/vllm-0.32.0/G/tp4-ep4-auto" / kernels.DONE_FILE
+    done.parent.mkdir(parents=True)
+    done.write_text("{}")
+    tags = kernel_stage.key_tags(kernel_stage.resolve(exp, engine_version="0.32.0", name="G"))
+    assert tags == {"autotuner.kernel_gpu": "G", "autotuner.kernel_engine_version": "0.32.0"}
+
+    def command(launch_tags: dict[str, str]) -> str:
+        row = TrialRow(number=3, value=1.0, params=params, baseline=False, metrics={}, launch_tags=launch_tags)
+        return winner_text("args", get_engine("vllm"), exp, row, None, "0.32.0")
+
+    line = shlex.split(command(tags))
+    assert "VLLM_TUNED_CONFIG_FOLDER=/autotuner-kernels/vllm-0.32.0/G/tp4-ep4-auto" in line
+    assert f"{tmp_path / 'kc'}:/autotuner-kernels:ro" in line  # the folder it names is mounted
+    assert "VLLM_TUNED_CONFIG_FOLDER" not in command({})  # no node's key: the driver's own (no GPU here)
+    pinned = with_kernels(exp, gpu="Mine", cache_dir=tmp_path / "kc")  # a key the experiment pins wins
+    assert kernel_stage.as_launched(pinned, tags).config.kernels.gpu == "Mine"
