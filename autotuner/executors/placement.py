@@ -81,7 +81,9 @@ def unplaceable(want: Need, nodes: Sequence[Node]) -> str | None:
     if any(holds(n, want) for n in nodes):
         return None
     largest = ", ".join(n.describe() for n in nodes) or "no live node"
-    return f"needs {want.describe()}; the cluster's nodes: {largest}"
+    spread = (" (a trial runs on one node: an engine spread over nodes is not placed yet, docs/ray.md)"
+              if nodes and want.gpus > max(n.gpus for n in nodes) else "")
+    return f"needs {want.describe()}; the cluster's nodes: {largest}{spread}"
 
 
 def avoiding(lost: Node | None, want: Need, nodes: Sequence[Node]) -> list[str]:

@@ -40,6 +40,7 @@ from docker.types import Mount as DockerMount
 
 from autotuner.config import DockerConfig
 from autotuner.engines._base import Engine, LaunchContext, LaunchSpec
+from autotuner.launchers import container_guard
 from autotuner.launchers._base import (
     EngineExited,
     Handle,
@@ -191,6 +192,7 @@ class DockerLauncher:
                 shm_size=self.settings.shm_size, labels={**labels, OWNER_LABEL: self.owner})
         except DockerException as e:
             return 125, _explain(e)
+        guard = container_guard.guard(container.id)
         try:
             try:
                 code = int(container.wait(timeout=timeout_s).get("StatusCode", 1))
@@ -198,7 +200,7 @@ class DockerLauncher:
                 return 124, f"timed out after {timeout_s:.0f} s"
             return code, container.logs(stdout=True, stderr=True).decode("utf-8", "replace")
         finally:
-            self._remove(container)
+            self._remove(container, guard)
 
     # --- the launcher contract ------------------------------------------------------------------------
 
@@ -249,15 +251,18 @@ class DockerLauncher:
             )
         except APIError as e:
             raise LaunchError(f"docker could not create the container: {_explain(e)}") from None
+        guard = container_guard.guard(created["Id"])  # removes it should this process die without stopping it
         container = self.client.containers.get(created["Id"])
         try:
-            return self._started(container, spec, env, log_path, labels)
+            handle = self._started(container, spec, env, log_path, labels)
         except APIError as e:
-            self._remove(container)
+            self._remove(container, guard)
             raise LaunchError(f"docker could not start the container: {_explain(e)}") from None
         except BaseException:  # Ctrl-C included: a container nobody holds a handle to must not stay
-            self._remove(container)
+            self._remove(container, guard)
             raise
+        handle.info["guard"] = guard
+        return handle
 
     def _started(self, container: Any, spec: LaunchSpec, env: dict[str, str], log_path: Path,
                  labels: dict[str, str]) -> Handle:
@@ -317,6 +322,7 @@ class DockerLauncher:
     def stop(self, handle: Handle) -> None:
         """Stop (SIGTERM to the container's init, SIGKILL after the stop timeout), then remove. Safe twice."""
         if not handle.info.get("removed"):
+            container_guard.dismiss(handle.info.get("guard"))  # this stop is graceful: the guard's would not be
             container = handle.info["container"]
             try:
                 container.stop(timeout=self.settings.stop_timeout_s)
@@ -374,7 +380,8 @@ class DockerLauncher:
             message += f": {state['Error']}"
         return EngineExited(message, code, self.logs(handle, _FAILURE_TAIL_LINES), oom_killed=oom)
 
-    def _remove(self, container: Any) -> None:
+    def _remove(self, container: Any, guard: Any = None) -> None:
+        container_guard.dismiss(guard)
         try:
             container.remove(force=True)
         except NotFound:

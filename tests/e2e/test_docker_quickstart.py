@@ -19,6 +19,7 @@ import yaml
 from mlflow.tracking import MlflowClient
 
 from autotuner.tracking import default_tracking_uri
+from tests.support import processes_naming
 
 pytestmark = [pytest.mark.docker, pytest.mark.engine]
 
@@ -92,8 +93,10 @@ def test_quickstart_docker_runs_three_trials_records_containers_and_leaves_none(
     assert containers(docker_client, study) == []  # every container it started is gone
 
 
-def test_a_killed_tuner_leaves_its_container_and_the_rerun_removes_it_first(
+def test_a_container_a_killed_tuner_left_is_removed_by_the_rerun_first(
         tmp_path, tiny_model, engine_image, docker_client):
+    # A killed tuner's container guard removes its container (test_docker_launcher.py); where it could
+    # not (killed too, here; the daemon unreachable at that moment), the rerun of the study removes it.
     from autotuner.config import DockerConfig
     from autotuner.engines._base import LaunchContext
     from autotuner.engines.llamacpp import LlamaCppEngine
@@ -105,15 +108,20 @@ def test_a_killed_tuner_leaves_its_container_and_the_rerun_removes_it_first(
     tuner = cli("run", "--experiment", "exp.yaml", "--trials", "2", cwd=tmp_path, wait=False)
     try:
         deadline = time.monotonic() + 60
-        while not containers(docker_client, study, "autotuner.trial"):
+        while not (started := containers(docker_client, study, "autotuner.trial")):
             assert tuner.poll() is None and time.monotonic() < deadline, "no trial container appeared"
             time.sleep(0.1)
         time.sleep(1.0)  # into the trial
+        guards = set(processes_naming(started[0].id)) & set(processes_naming("container_guard"))  # not its shim
+        assert guards, "the container has no guard"
+        for pid in guards:
+            os.kill(pid, signal.SIGKILL)
     finally:
         tuner.send_signal(signal.SIGKILL)
         tuner.wait()
+    time.sleep(2.0)  # time enough for a guard to act, had one been left
     [stale] = containers(docker_client, study)
-    assert stale.status == "running"  # the daemon keeps it: the tuner could not stop it
+    assert stale.status == "running"  # the daemon keeps it: neither the tuner nor its guard could stop it
 
     # Another study's container on the same daemon must survive the rerun.
     other = DockerLauncher(DockerConfig(image=engine_image), model_path=tiny_model)

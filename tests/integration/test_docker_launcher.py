@@ -10,6 +10,7 @@ import os
 import shlex
 import shutil
 import subprocess
+import sys
 import time
 from dataclasses import replace
 from pathlib import Path
@@ -22,7 +23,7 @@ from autotuner.engines._base import LaunchContext
 from autotuner.engines.llamacpp import LlamaCppEngine
 from autotuner.launchers._base import EngineExited, LaunchError, free_port
 from autotuner.launchers.docker import DockerLauncher, DockerSetupError
-from tests.support import everything_required
+from tests.support import everything_required, processes_naming
 
 pytestmark = [pytest.mark.docker, pytest.mark.engine]
 
@@ -278,3 +279,62 @@ def test_the_studys_engine_cache_is_mounted_writable_and_named_by_its_variables(
         launcher.stop(handle)
     assert "autotuner-cache" not in handle.artifacts["docker-run.txt"]  # a reproduction by hand starts cold
     assert ours(docker_client) == []
+
+
+TUNER_THAT_STARTS_ONE = """\
+import sys, time
+from pathlib import Path
+from autotuner.config import DockerConfig
+from autotuner.engines._base import LaunchContext
+from autotuner.engines.llamacpp import LlamaCppEngine
+from autotuner.launchers._base import free_port
+from autotuner.launchers.docker import DockerLauncher
+
+image, model, log, study = sys.argv[1:]
+launcher = DockerLauncher(DockerConfig(image=image), model_path=Path(model))
+spec = LlamaCppEngine().build({"threads": 1}, launcher.context(LaunchContext(
+    model_path=Path(model), served_model_name="tiny", port=free_port())))
+handle = launcher.start(spec, Path(log), {"autotuner.study": study})
+print(handle.container_id, flush=True)
+time.sleep(600)
+"""
+
+
+def test_a_tuner_killed_outright_leaves_no_container_running(docker_client, engine_image, tiny_model, tmp_path):
+    # SIGKILL runs no `finally`: the container (no child of the tuner) would run on, holding its GPUs, until
+    # a later launch reaped it by label. Its guard dies with the tuner and removes it at once. (On a Ray
+    # node: a task whose raylet died, whose worker process exits with it.) Killed at once, while the guard
+    # is most likely still starting: the signal waits for its handler. (A guard that removed a container
+    # its tuner still runs would fail every Docker study test.)
+    script = tmp_path / "tuner.py"
+    script.write_text(TUNER_THAT_STARTS_ONE)
+    env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[2])}
+    tuner = subprocess.Popen([sys.executable, str(script), engine_image, str(tiny_model), str(tmp_path / "server.log"),
+                              LABELS["autotuner.study"]], stdout=subprocess.PIPE, text=True, env=env)
+    try:
+        container_id = tuner.stdout.readline().strip()
+        assert container_id, "the tuner started no container"
+        status = docker_client.containers.get(container_id).status
+        assert status == "running", status
+    finally:
+        tuner.kill()
+        tuner.wait()
+    deadline = time.monotonic() + 30
+    while ours(docker_client) and time.monotonic() < deadline:
+        time.sleep(0.2)
+    assert not ours(docker_client), "the container outlived its killed tuner"
+
+
+def test_a_stopped_container_leaves_no_guard_behind(docker_client, engine_image, tiny_model, tmp_path):
+    launcher = DockerLauncher(DockerConfig(image=engine_image), model_path=tiny_model)
+    handle = launcher.start(spec_for(launcher, tiny_model), tmp_path / "server.log", LABELS)
+    try:
+        assert guards(handle.container_id), "the container has no guard"
+    finally:
+        launcher.stop(handle)
+    assert guards(handle.container_id) == set() and not ours(docker_client)
+
+
+def guards(container_id: str) -> set[int]:
+    """The guard processes of a container (its containerd shim names its id too)."""
+    return set(processes_naming(container_id)) & set(processes_naming("container_guard"))

@@ -33,6 +33,7 @@ def test_a_launch_no_node_holds_is_named_with_the_nodes_it_saw():
     assert placement.unplaceable(Need(cpus=1, gpus=8), cluster) is None
     why = placement.unplaceable(Need(cpus=1, gpus=16), cluster)
     assert why is not None and "16 GPU(s)" in why and "10.0.0.0" in why and "10.0.0.1" in why
+    assert "an engine spread over nodes is not placed yet" in why  # more GPUs than any one node has
     assert "no live node" in (placement.unplaceable(Need(cpus=1, gpus=0), []) or "")
 
 
