@@ -74,6 +74,11 @@ def processes_naming(value: str) -> list[int]:
     return _processes_whose(value, "cmdline")
 
 
+def container_guards(container_id: str) -> set[int]:
+    """PIDs of a Docker container's guards (launchers/container_guard.py; its containerd shim names its id too)."""
+    return set(processes_naming(container_id)) & set(processes_naming("container_guard"))
+
+
 def _processes_whose(value: str, part: str) -> list[int]:
     found = []
     for entry in Path("/proc").iterdir():

@@ -230,20 +230,16 @@ class RayTrialExecutor(TrialExecutor):
     def _show(self, progress: Progress) -> None:
         """The task's phases and notes, in the order it sent them. Lines are a courtesy: a queue that
         fails (its node lost) is dropped, and the next launch makes another."""
-        from ray.util.queue import Empty
+        def take(item: tuple[str, Any]) -> None:
+            kind, text = item
+            if kind == "node":
+                node_id, address = text
+                self._running_on = placement.Node(node_id, address, 0, 0)
+            else:
+                (progress.phase if kind == "phase" else progress.note)(text)
 
-        try:
-            while self._relay is not None:
-                kind, text = self._relay.get_nowait()
-                if kind == "node":
-                    node_id, address = text
-                    self._running_on = placement.Node(node_id, address, 0, 0)
-                else:
-                    (progress.phase if kind == "phase" else progress.note)(text)
-        except Empty:
-            return
-        except Exception as e:  # the queue's actor is gone: the trial goes on without its lines
-            progress.note(f"    the trial's progress lines are lost ({type(e).__name__}); its result is not")
+        if self._relay is not None and not _drain(self._relay, take):
+            progress.note("    the trial's progress lines are lost (its queue failed); its result is not")
             self._relay = None
 
     @staticmethod

@@ -19,7 +19,7 @@ import yaml
 from mlflow.tracking import MlflowClient
 
 from autotuner.tracking import default_tracking_uri
-from tests.support import processes_naming
+from tests.support import container_guards
 
 pytestmark = [pytest.mark.docker, pytest.mark.engine]
 
@@ -112,7 +112,7 @@ def test_a_container_a_killed_tuner_left_is_removed_by_the_rerun_first(
             assert tuner.poll() is None and time.monotonic() < deadline, "no trial container appeared"
             time.sleep(0.1)
         time.sleep(1.0)  # into the trial
-        guards = set(processes_naming(started[0].id)) & set(processes_naming("container_guard"))  # not its shim
+        guards = container_guards(started[0].id)
         assert guards, "the container has no guard"
         for pid in guards:
             os.kill(pid, signal.SIGKILL)

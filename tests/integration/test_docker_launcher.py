@@ -23,7 +23,7 @@ from autotuner.engines._base import LaunchContext
 from autotuner.engines.llamacpp import LlamaCppEngine
 from autotuner.launchers._base import EngineExited, LaunchError, free_port
 from autotuner.launchers.docker import DockerLauncher, DockerSetupError
-from tests.support import everything_required, processes_naming
+from tests.support import container_guards, everything_required
 
 pytestmark = [pytest.mark.docker, pytest.mark.engine]
 
@@ -329,12 +329,7 @@ def test_a_stopped_container_leaves_no_guard_behind(docker_client, engine_image,
     launcher = DockerLauncher(DockerConfig(image=engine_image), model_path=tiny_model)
     handle = launcher.start(spec_for(launcher, tiny_model), tmp_path / "server.log", LABELS)
     try:
-        assert guards(handle.container_id), "the container has no guard"
+        assert container_guards(handle.container_id), "the container has no guard"
     finally:
         launcher.stop(handle)
-    assert guards(handle.container_id) == set() and not ours(docker_client)
-
-
-def guards(container_id: str) -> set[int]:
-    """The guard processes of a container (its containerd shim names its id too)."""
-    return set(processes_naming(container_id)) & set(processes_naming("container_guard"))
+    assert container_guards(handle.container_id) == set() and not ours(docker_client)

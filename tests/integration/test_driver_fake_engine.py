@@ -5,6 +5,7 @@ pruning), in seconds and without llama-server."""
 from __future__ import annotations
 
 import re
+import sys
 
 import pytest
 
@@ -199,7 +200,7 @@ def test_the_baseline_says_at_which_loads_the_defaults_miss_the_slo(tmp_path):
     assert t.user_attrs["baseline"] and t.state.name == "COMPLETE" and "miss the SLO" not in out
 
 
-def test_a_worker_takes_the_reference_from_a_running_baseline_that_has_answered(tmp_path):
+def test_a_worker_takes_the_reference_from_a_running_baseline_that_has_answered(tmp_path, monkeypatch):
     # The baseline stores its answers before its load levels: another worker that needs the reference
     # meanwhile takes them, rather than waiting for the baseline's end or launching the defaults again.
     space = "  wrong_answers: {type: bool}\n"
@@ -212,6 +213,15 @@ def test_a_worker_takes_the_reference_from_a_running_baseline_that_has_answered(
     running = other.study.ask()  # another worker's baseline, in flight, past its answers
     running.set_user_attr("baseline", True)
     running.set_user_attr("early_answers", base.user_attrs["early_answers"])
+
+    recover = other._recover_dead_workers
+
+    def waited(progress):  # each poll of a waiting worker calls it: this baseline never ends, so fail, not hang
+        if sys._getframe(1).f_code.co_name == "_await_baseline_answers":
+            raise AssertionError("the worker waited for answers the running baseline had given")
+        recover(progress)
+
+    monkeypatch.setattr(other, "_recover_dead_workers", waited)
     trials = other.run(1).get_trials()
     assert not list((tmp_path / "second" / "results" / "fake").glob("quality-reference-*"))
     (measured,) = [t for t in trials if t.state.name != "RUNNING"]
