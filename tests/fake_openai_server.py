@@ -243,7 +243,8 @@ class _HttpConnection(asyncio.Protocol):
         if self.timer is not None:
             self.timer.cancel()
             self.timer = None
-            self._finish(self._stream[1] if self._stream else None, closed=True)
+            self._done(self._stream[1] if self._stream else None)
+            self._finish(closed=True)
         self.transport = None
 
     def data_received(self, data: bytes) -> None:
@@ -341,9 +342,10 @@ class _HttpConnection(asyncio.Protocol):
             now = time.perf_counter_ns()
             if served is not None:
                 served.token_sent_ns = [now] * resp.n_tokens
+            self._done(served)
             self.transport.write(data)
             closed = not keep_alive or config.close_after_response
-            self._finish(served, closed=closed, resume=False)  # _process's loop goes on
+            self._finish(closed=closed, resume=False)  # _process's loop goes on
             return
 
         # Timed (or failing) response: header and role chunk now, tokens on schedule.
@@ -369,7 +371,8 @@ class _HttpConnection(asyncio.Protocol):
         assert self._stream is not None
         resp, served, received_ns, sent = self._stream
         if self.transport is None or self.transport.is_closing():
-            return self._finish(served, closed=True)
+            self._done(served)
+            return self._finish(closed=True)
         remaining_ns = self._due_ns(resp, received_ns, sent) - time.perf_counter_ns()
         if remaining_ns > 0 and resp.config.precise_timing:
             time.sleep(remaining_ns / 1e9)  # precise to ~0.1 ms; blocks this loop for at most ~1.2 ms
@@ -394,13 +397,15 @@ class _HttpConnection(asyncio.Protocol):
         # Stamp right before the write: the bytes are in the kernel when write() returns.
         if served is not None and due:
             served.token_sent_ns.extend([time.perf_counter_ns()] * due)
+        if finish:  # counted before the last bytes go: a client that has read them sees it served
+            self._done(served)
         if out:
             self.transport.write(out)
         if finish == "drop":
             self.transport.close()
-            return self._finish(served, closed=True)
+            return self._finish(closed=True)
         if finish:
-            return self._finish(served, closed=finish == "close" or resp.config.close_after_response)
+            return self._finish(closed=finish == "close" or resp.config.close_after_response)
         self._schedule()
 
     def _reply(self, data: bytes, keep_alive: bool) -> None:
@@ -409,11 +414,13 @@ class _HttpConnection(asyncio.Protocol):
         if not keep_alive:
             self.transport.close()
 
-    def _finish(self, served: ServedRequest | None, *, closed: bool, resume: bool = True) -> None:
+    def _done(self, served: ServedRequest | None) -> None:
         self.state.in_flight -= 1
         self.state.served += 1
         if served is not None:
             served.finished_ns = time.perf_counter_ns()
+
+    def _finish(self, *, closed: bool, resume: bool = True) -> None:
         self.busy = False
         if closed:
             if self.transport is not None:

@@ -323,6 +323,13 @@ def parse_fixed_args(flags: Mapping[str, Flag], args: Sequence[str]) -> dict[str
     return values
 
 
+def fixed_values(flags: Mapping[str, Flag], engine_args: Sequence[str], env: Mapping[str, str]) -> dict[str, Any]:
+    """The known params an experiment fixes outside its space: those its `env` sets (an environment-variable
+    param, such as vLLM's cpu_kvcache_space_gb), then those its `engine_args` pass (later wins)."""
+    from_env = {name: _number(env[f.env]) for name, f in flags.items() if f.env and f.env in env}
+    return {**from_env, **parse_fixed_args(flags, engine_args)}
+
+
 def _number(value: Any) -> Any:
     for cast in (int, float):
         try:

@@ -13,6 +13,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from autotuner.engines._base import fixed_values
+
 GIB = 2**30
 
 def size(memory: float) -> str:
@@ -64,10 +66,14 @@ def need(gpus: int, threads: int | None, nodes: Sequence[Node], *, on_gpus: bool
 def config_need(engine: Any, cfg: Any, params: dict[str, Any], nodes: Sequence[Node],
                 footprint: tuple[int, int] | None = None) -> Need:
     """What a launch of `params` asks (the engine's gpus_needed, cpus_needed and, on CPUs with the model's
-    `footprint` (weight bytes, KV bytes a token) known, host_memory_needed, on experiment `cfg`)."""
+    `footprint` (weight bytes, KV bytes a token) known, host_memory_needed, on experiment `cfg`): the
+    fixed `env:` and `engine_args:` count as the launch sees them, e.g. a KV cache sized there."""
     on_gpus = cfg.hardware.gpus > 0
     gpus = engine.gpus_needed(params, cfg.engine_args) if on_gpus else 0
-    memory = engine.host_memory_needed(params, *footprint) if footprint and not on_gpus else 0
+    memory = 0
+    if footprint and not on_gpus:  # the values fixed outside the space count too: they win at launch
+        env = {**cfg.env, **(cfg.docker.env if cfg.docker else {})}
+        memory = engine.host_memory_needed({**params, **fixed_values(engine.flags, cfg.engine_args, env)}, *footprint)
     return need(gpus, engine.cpus_needed(params), nodes, on_gpus=on_gpus, memory=memory)
 
 

@@ -12,27 +12,25 @@ address as the launcher did (DOCKER_HOST, inherited).
 
 from __future__ import annotations
 
-import ctypes
 import os
 import signal
 import subprocess
 import sys
 from typing import NoReturn
 
-_LIBC = ctypes.CDLL("libc.so.6", use_errno=True) if sys.platform.startswith("linux") else None
+from autotuner.util.parent_death import SUPPORTED, signal_on_parent_death
 
 
 def _on_parent_death() -> None:  # runs in the child between fork and exec
     # Blocked until the guard's handler is in place (the mask survives exec): a parent that dies while the
     # guard is still starting leaves the signal pending, not the guard killed with the container left.
     signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGTERM})
-    if _LIBC is not None:
-        _LIBC.prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG: SIGTERM, so the guard can act on it
+    signal_on_parent_death(signal.SIGTERM)  # SIGTERM, not SIGKILL: the guard acts on it
 
 
 def guard(container_id: str) -> subprocess.Popen[bytes] | None:
     """Start the guard of `container_id` (None where the platform cannot tie it to this process)."""
-    if _LIBC is None:
+    if not SUPPORTED:
         return None
     return subprocess.Popen([sys.executable, "-m", __name__, container_id, str(os.getpid())],
                             preexec_fn=_on_parent_death, start_new_session=True,  # not the terminal's Ctrl-C

@@ -8,12 +8,10 @@ tuner killed between fork and exec). Never runs through a shell.
 
 from __future__ import annotations
 
-import ctypes
 import json
 import os
 import signal
 import subprocess
-import sys
 from collections.abc import Callable
 from pathlib import Path
 
@@ -28,18 +26,14 @@ from autotuner.launchers._base import (
     this_owner,
     wait_healthy,
 )
+from autotuner.util.parent_death import signal_on_parent_death
 
 _STOP_GRACE_S = 10.0
 _FAILURE_TAIL_LINES = 120  # enough to reach the telling line above a crash dump
 
 
-# Loaded here, not between fork and exec: dlopen in a forked child of a threaded process can deadlock.
-_LIBC = ctypes.CDLL("libc.so.6", use_errno=True) if sys.platform.startswith("linux") else None
-
-
 def _die_with_parent() -> None:  # runs in the child between fork and exec
-    if _LIBC is not None:
-        _LIBC.prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
+    signal_on_parent_death(signal.SIGKILL)
 
 
 def _child_setup(cpu_ids: tuple[int, ...]) -> Callable[[], None]:

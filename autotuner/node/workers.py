@@ -9,11 +9,11 @@ them at once. They get SIGTERM when this process dies.
 
 from __future__ import annotations
 
-import ctypes
 import signal
 import subprocess
-import sys
 from collections.abc import Callable, Sequence
+
+from autotuner.util.parent_death import signal_on_parent_death
 
 
 def split(trials: int, workers: int) -> list[int]:
@@ -21,13 +21,8 @@ def split(trials: int, workers: int) -> list[int]:
     return [trials // workers + (i < trials % workers) for i in range(workers)]
 
 
-# Loaded here, not between fork and exec: dlopen in a forked child of a threaded process can deadlock.
-_LIBC = ctypes.CDLL("libc.so.6", use_errno=True) if sys.platform.startswith("linux") else None
-
-
 def _term_with_parent() -> None:  # in the worker, between fork and exec
-    if _LIBC is not None:
-        _LIBC.prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
+    signal_on_parent_death(signal.SIGTERM)
 
 
 def exit_code(codes: Sequence[int]) -> int:

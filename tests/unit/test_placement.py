@@ -63,6 +63,11 @@ def test_a_cpu_launch_asks_for_the_memory_its_engine_holds_a_gpu_launch_none():
     assert placement.config_need(llama, cfg, {}, cluster, None).memory == 0  # an unreadable model asks none
     vllm = get_engine("vllm")
     assert placement.config_need(vllm, cfg, {"cpu_kvcache_space_gb": 2}, cluster, footprint).memory == 4 * gib
+    # Sized outside the space, in the experiment's env or engine_args: the launch holds it all the same.
+    in_env = cfg.model_copy(update={"env": {"VLLM_CPU_KVCACHE_SPACE": "3"}})
+    assert placement.config_need(vllm, in_env, {}, cluster, footprint).memory == 5 * gib
+    in_args = cfg.model_copy(update={"engine_args": ["-c", "1024"]})
+    assert placement.config_need(llama, in_args, {"ctx_size": 4096}, cluster, footprint).memory == 2 * gib + 1024 * 8192
     on_gpus = cfg.model_copy(update={"hardware": cfg.hardware.model_copy(update={"gpus": 1})})
     assert placement.config_need(vllm, on_gpus, {}, nodes((8, 8)), footprint).memory == 0
 
