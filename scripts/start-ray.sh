@@ -22,7 +22,8 @@ say() { echo "[start-ray] $*" >&2; }
 [ -x "$ray" ] || { say "no $ray: run scripts/setup.sh first (Ray comes with the extra autotuner[ray])"; exit 1; }
 address="127.0.0.1:$port"
 
-if RAY_ADDRESS="$address" timeout 20 "$ray" status >/dev/null 2>&1; then
+# Nothing listening on the port: no cluster, and `ray status` would wait out its timeout to say so.
+if (exec 3<>"/dev/tcp/127.0.0.1/$port") 2>/dev/null && RAY_ADDRESS="$address" timeout 20 "$ray" status >/dev/null 2>&1; then
   say "a Ray cluster already answers at $address"
   echo "export RAY_ADDRESS=$address"
   exit 0

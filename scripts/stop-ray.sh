@@ -29,7 +29,8 @@ for signal in TERM KILL KILL; do
   [ "${#pids[@]}" -eq 0 ] && break
   stopped=$((stopped + ${#pids[@]}))
   kill "-$signal" "${pids[@]}" 2>/dev/null || true
-  for _ in $(seq 1 20); do  # up to 10 s for them to go
+  # Up to 3 s for them to go: GCS and raylets outlast a TERM by many seconds, and nothing of theirs is worth keeping.
+  for _ in $(seq 1 6); do
     alive=0
     for p in "${pids[@]}"; do kill -0 "$p" 2>/dev/null && [ "$(ps -o stat= -p "$p")" != Z ] && alive=1; done
     [ "$alive" = 0 ] && break

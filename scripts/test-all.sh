@@ -53,7 +53,10 @@ export AUTOTUNER_POSTGRES_URL AUTOTUNER_MLFLOW_URI
 
 # A Ray cluster of two nodes on this machine (a head and a worker) for the executor: ray tests; the
 # node-loss test starts a private one of its own, since it kills a node.
-if ! RAY_ADDRESS="127.0.0.1:${RAY_PORT:-6390}" timeout 20 .venv/bin/ray status >/dev/null 2>&1; then
+# (A port nobody listens on is no cluster: `ray status` would wait out its timeout to say so.)
+ray_port="${RAY_PORT:-6390}"
+if ! { (exec 3<>"/dev/tcp/127.0.0.1/$ray_port") 2>/dev/null \
+       && RAY_ADDRESS="127.0.0.1:$ray_port" timeout 20 .venv/bin/ray status >/dev/null 2>&1; }; then
   stop+=(scripts/stop-ray.sh)
 fi
 # One CPU declared a node: both share this machine's cores (the tests run one llama.cpp thread a launch).
