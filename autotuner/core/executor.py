@@ -2,9 +2,9 @@
 
 `TrialExecutor.run` turns one configuration into a `TrialResult` and never raises for anything the
 configuration or the server did: every way a launch can end is classified (`infeasible`,
-`exited-at-start`, `startup-timeout`, `oom`, `bad-flag`, `crashed-mid-run`, `client-errors`,
-`quality`, `slo-violated`, `interrupted`, ...) with the reason and the server's last log lines. The engine is
-stopped and the pool's lease released whatever happens, Ctrl-C included.
+`exited-at-start`, `startup-timeout`, `port-taken`, `oom`, `bad-flag`, `crashed-mid-run`, `client-errors`,
+`quality`, `slo-violated`, `interrupted`, ...) with the reason and the server's last log lines. The engine
+is stopped and the pool's lease released whatever happens, Ctrl-C included.
 
 It knows nothing of the study around it: it never asks, tells, tracks or decides which config runs
 next (that is `driver.py`). What it hands Optuna is only each level's ceiling (`pruning.py`), through
@@ -49,7 +49,7 @@ from autotuner.core.progress import Progress
 from autotuner.core.traffic import Traffic
 from autotuner.core.trial_records import TrialRecords
 from autotuner.engines._base import Engine, LaunchContext, LaunchSpec
-from autotuner.launchers._base import Handle, Launcher, LaunchError, free_port, launch_context
+from autotuner.launchers._base import Handle, Launcher, LaunchError, PortTaken, free_port, launch_context
 from autotuner.node.pool import Leases, PoolTooSmall
 from autotuner.stages import moe_log
 from autotuner.util.interrupts import StopRequests
@@ -57,7 +57,8 @@ from autotuner.workloads.plan import LevelPlan
 from autotuner.workloads.sessions import SessionPlan
 
 LOG_TAIL_LINES = 30
-TRANSIENT_FAILURES = frozenset({"startup-timeout", "client-errors"})  # may be the machine: measured once more
+# May be the machine, not the config: measured once more (port-taken: on a fresh port).
+TRANSIENT_FAILURES = frozenset({"startup-timeout", "client-errors", "port-taken"})
 SLO_NOISE = 0.10  # an SLO missed by less than this (relative) may be the machine: measured once more
 OnLevel = Callable[[int, dict[str, float]], None]
 
@@ -151,6 +152,8 @@ class TrialExecutor:
                 self.launcher.wait_ready(handle, self.cfg.startup_timeout_s)
             except LaunchError as e:
                 cls, line = self.engine.classify_failure(e.log_tail, getattr(e, "exit_code", None))
+                if isinstance(e, PortTaken):  # known for sure, whatever the log then says
+                    cls = None
                 raise _Failed(cls or e.failure_class, f"{e}: {line}" if line else str(e), e.log_tail) from None
             timings["ready_s"] = time.perf_counter() - t
             self._check_stop("before warming up")

@@ -82,6 +82,12 @@ class StartupTimeout(LaunchError):
     failure_class = "startup-timeout"
 
 
+class PortTaken(LaunchError):
+    """Another program answers on the launch's port (taken between choosing it and the server's bind)."""
+
+    failure_class = "port-taken"
+
+
 @dataclass
 class Handle:
     """A started server: where to reach it and how to find it again."""

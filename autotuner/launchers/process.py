@@ -19,6 +19,7 @@ from autotuner.engines._base import LaunchContext, LaunchSpec
 from autotuner.launchers._base import (
     EngineExited,
     Handle,
+    PortTaken,
     gpu_env,
     owner_alive,
     process_start_time,
@@ -26,6 +27,7 @@ from autotuner.launchers._base import (
     this_owner,
     wait_healthy,
 )
+from autotuner.launchers.listeners import listening_inodes, session_listens
 from autotuner.util.parent_death import signal_on_parent_death
 
 _STOP_GRACE_S = 10.0
@@ -78,13 +80,21 @@ class ProcessLauncher:
     def wait_ready(self, handle: Handle, timeout_s: float) -> None:
         proc: subprocess.Popen = handle.info["popen"]
 
+        port = handle.spec.port
+        taken = f"another program listens on port {port}, the one the server was given"
+
         def check() -> None:
             if (code := proc.poll()) is not None:
+                if listening_inodes(port):  # gone, and yet something listens there: its bind failed
+                    raise PortTaken(f"{taken} (the server exited with code {code})", tail(handle.log_path))
                 raise EngineExited(f"server exited with code {code} while starting", code,
                                    tail(handle.log_path, _FAILURE_TAIL_LINES))
 
         wait_healthy(handle.base_url + handle.spec.health_path, timeout_s, check=check,
                      log_tail=lambda: tail(handle.log_path, _FAILURE_TAIL_LINES))
+        # The answer must be the server's own: measuring another program's would crown it.
+        if session_listens(proc.pid, port) is False:
+            raise PortTaken(f"{taken}: it answered the health check", tail(handle.log_path))
 
     def logs(self, handle: Handle, lines: int = 40) -> str:
         return tail(handle.log_path, lines)

@@ -118,6 +118,25 @@ def test_a_startup_timeout_is_measured_once_more_before_it_is_final(tmp_path):
     assert "measuring it once more" in out
 
 
+def test_a_launch_whose_port_another_program_answers_on_is_measured_once_more_on_another(tmp_path, monkeypatch):
+    from autotuner.core import executor
+    from autotuner.launchers._base import free_port
+    from tests.fake_openai_server import FakeOpenAIServer
+
+    with FakeOpenAIServer(port=free_port()) as other:  # another program, healthy, on the port given first
+        ports = iter([int(other.base_url.rsplit(":", 1)[1])])
+        monkeypatch.setattr(executor, "free_port", lambda: next(ports, None) or free_port())
+        trials, out = study(tmp_path, "  itl_ms: {type: categorical, choices: [2]}\n",
+                            WORK + "load: {max_concurrency: [2]}\nconfirm: {top_k: 0}\nquality: off\n", 2,
+                            ", baseline: false")
+        assert other.served == 0  # nothing of the trial was measured on it
+    taken, again = launched(trials)
+    assert taken.user_attrs["failure_class"] == "port-taken", taken.user_attrs.get("failure_reason")
+    assert "another program listens on port" in taken.user_attrs["failure_reason"]
+    assert again.state.name == "COMPLETE" and again.user_attrs["retry_of"] == taken.number
+    assert "measuring it once more" in out
+
+
 def test_a_trial_that_cannot_beat_the_best_is_pruned_at_the_low_level(tmp_path):
     trials, out = study(tmp_path, "  itl_ms: {type: categorical, choices: [1, 50]}\n",
                         WORK + "load: {max_concurrency: [2, 8]}\nconfirm: {top_k: 0}\n"

@@ -9,7 +9,7 @@ import os
 import socket
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, replace
 from pathlib import Path
 
@@ -17,7 +17,7 @@ import pytest
 
 from autotuner.engines._base import LaunchContext, LaunchSpec
 from autotuner.engines.llamacpp import LlamaCppEngine
-from autotuner.launchers._base import EngineExited, Handle, Launcher, StartupTimeout, free_port
+from autotuner.launchers._base import EngineExited, Handle, Launcher, PortTaken, StartupTimeout, free_port
 from autotuner.launchers.process import ProcessLauncher
 
 LABELS = {"autotuner.study": f"conformance-{os.getpid()}"}
@@ -264,9 +264,65 @@ def test_process_stop_reaches_children_of_the_server(tmp_path):
     assert wait_for(lambda: not alive(child))
 
 
+@pytest.fixture
+def foreign_server() -> Iterator[int]:
+    """Another program's HTTP server on a port a launch is then given: its port."""
+    import subprocess
+
+    port = free_port()
+    other = subprocess.Popen(http_server(port).argv, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        assert wait_for(lambda: socket.socket().connect_ex(("127.0.0.1", port)) == 0, 30), "the other server is not up"
+        yield port
+    finally:
+        other.kill()
+        other.wait()
+
+
+def test_a_health_check_another_program_answers_is_not_the_servers(tmp_path, foreign_server):
+    # The server has not bound its port yet (a model still loading); another program already answers on it.
+    loading = python_spec("import time; print('loading', flush=True); time.sleep(600)", foreign_server)
+    launcher = ProcessLauncher(tmp_path / "state")
+    handle = launcher.start(loading, tmp_path / "server.log", LABELS)
+    try:
+        with pytest.raises(PortTaken, match=f"another program listens on port {foreign_server}") as err:
+            launcher.wait_ready(handle, timeout_s=30)
+        assert err.value.failure_class == "port-taken"
+    finally:
+        launcher.stop(handle)
+
+
+def test_a_server_whose_port_was_taken_fails_as_port_taken_with_its_own_words(tmp_path, foreign_server):
+    launcher = ProcessLauncher(tmp_path / "state")
+    # A health path the other program does not serve (404): the server's own failed bind ends the wait.
+    spec = replace(http_server(foreign_server), health_path="/no-such-page")
+    handle = launcher.start(spec, tmp_path / "server.log", LABELS)
+    try:
+        with pytest.raises(PortTaken, match="the server exited with code 1") as err:
+            launcher.wait_ready(handle, timeout_s=30)
+        assert "Address already in use" in err.value.log_tail
+    finally:
+        launcher.stop(handle)
+
+
+def test_a_server_on_its_own_port_is_its_own(tmp_path):
+    from autotuner.launchers.listeners import listening_inodes, session_listens
+
+    launcher = ProcessLauncher(tmp_path / "state")
+    spec = http_server(free_port())
+    handle = launcher.start(spec, tmp_path / "server.log", LABELS)
+    try:
+        launcher.wait_ready(handle, timeout_s=30)
+        assert session_listens(handle.pid, spec.port) is True
+        assert session_listens(os.getsid(0), spec.port) is False  # the tests' session holds no such socket
+        assert listening_inodes(free_port()) == set()
+    finally:
+        launcher.stop(handle)
+
+
 def test_process_server_dies_with_a_killed_tuner(tmp_path):
     """SIGKILL of the tuner leaves no engine behind: the kernel kills it (PR_SET_PDEATHSIG).
-    (A container outlives a killed tuner by design; `reap` removes it when the study resumes.)"""
+    (A container goes with its guard: tests/integration/test_docker_launcher.py.)"""
     import subprocess
 
     script = (f"import sys, time; sys.path.insert(0, {str(Path(__file__).resolve().parents[2])!r});"
