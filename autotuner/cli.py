@@ -125,8 +125,8 @@ def run(
         tuner = compose.make_tuner(exp, tracking_uri, results, say=_say, pool=pool, worker=worker, advice=advice,
                                    ask=_ask, quiet=not verbose)
         if on_ray and worker is None and parallel == 1:  # as many trials in flight as the cluster holds
-            parallel = compose.ray_workers(tuner, trials)
-            _say(f"{parallel} trial(s) at once on the Ray cluster")
+            parallel, why = compose.ray_workers(tuner, trials)
+            _say(f"{parallel} trial(s) at once on the Ray cluster{why}")
     except ConfigError as e:
         _fail(str(e))
         return

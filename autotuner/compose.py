@@ -181,7 +181,7 @@ def check_cluster(driver: StudyDriver, say: Say) -> None:
 
     executor = cast("on_ray.RayTrialExecutor", driver.executor)
     want = executor.need_of({})
-    if why := placement.unplaceable(want, executor.nodes):
+    if why := placement.unplaceable(want, executor.nodes, executor.spread_refused):
         raise ConfigError(f"{driver.exp.source}: the Ray cluster cannot run the engine's defaults: {why}")
     if problems := on_ray.check_nodes(driver.exp, driver.binary):
         raise ConfigError("the Ray cluster cannot run this study's trials:\n  " + "\n  ".join(problems))
@@ -242,13 +242,19 @@ def tune_cluster_kernels(driver: StudyDriver, say: Say) -> None:
         _, executor.kernel_keys[run.node.id] = run.value
 
 
-def ray_workers(driver: StudyDriver, trials: int) -> int:
-    """How many trials a Ray study keeps in flight (executors/placement.py: trials_in_flight)."""
+def ray_workers(driver: StudyDriver, trials: int) -> tuple[int, str]:
+    """How many trials a Ray study keeps in flight (executors/placement.py: trials_in_flight), and why."""
     from autotuner.executors import placement
     from autotuner.executors import ray as on_ray
 
     executor = cast("on_ray.RayTrialExecutor", driver.executor)
-    return placement.trials_in_flight(executor.need_of({}), executor.nodes, trials, driver.cfg.ray.trials_at_once)
+    told = driver.cfg.ray.trials_at_once
+    widest = max((n.gpus for n in executor.nodes), default=0)
+    if executor.spread_refused is None and driver.cfg.hardware.gpus > widest and not told:
+        # A spread launch's engine waits for its GPUs to be free all at once: trials beside it would hold some.
+        return 1, (f": configs may spread over nodes (hardware.gpus {driver.cfg.hardware.gpus}, nodes of at most "
+                   f"{widest:g} GPU(s)), and a spread launch needs its GPUs free (ray.trials_at_once sets it)")
+    return placement.trials_in_flight(executor.need_of({}), executor.nodes, trials, told), ""
 
 
 def worker_pool(exp: Experiment, parallel: int, gpus: str | None) -> Leases | None:

@@ -175,6 +175,10 @@ class Engine:
     tokenize: ClassVar[TokenizeEndpoint | None] = TokenizeEndpoint("/tokenize", "prompt", "add_special_tokens")
     # The allow-list: environment variables a search space may set (`{env: NAME, ...}`), name -> Flag(env=NAME).
     env_params: ClassVar[Mapping[str, Flag]] = {}
+    # What runs one launch over the GPUs of several nodes of a Ray cluster, the serving process on one of
+    # them (vLLM: its Ray backend, which places its workers by a placement group of its own); None: a
+    # launch of this engine stays on one node.
+    spread_args: ClassVar[tuple[str, ...] | None] = None
 
     def with_env_params(self, bindings: Mapping[str, str]) -> Engine:
         """This engine with the search space's environment params added to its flags: {param: VARIABLE},

@@ -214,6 +214,7 @@ class VllmEngine(Engine):
     }
     flags = FLAGS
     env_params = ENV_PARAMS
+    spread_args = ("--distributed-executor-backend", "ray")  # joins RAY_ADDRESS's cluster (executors/ray.py)
 
     def build(self, params: Mapping[str, Any], ctx: LaunchContext) -> LaunchSpec:
         binary = ctx.binary or "vllm"

@@ -1,10 +1,12 @@
 """What one trial asks of a cluster, and whether the cluster can give it (pure: no Ray here).
 
 A trial's engine and its load generator run on one node: a config needing 8 GPUs needs a node with 8
-free GPUs (Ray places a task on one node). On a CPU-only experiment a config asks for its threads, or a
-whole node when the engine uses every core it sees (llama.cpp's default), and the host memory it holds
-(its weights and the KV cache its config sizes; Ray's `memory` resource). A GPU launch asks no memory:
-its weights and cache live on its GPUs.
+free GPUs (Ray places a task on one node), except a config wider than every node of an engine that
+spreads over nodes (vLLM's Ray backend): its serving process runs on the node with the most GPUs and
+its workers wherever the engine's own placement group puts them. On a CPU-only experiment a config
+asks for its threads, or a whole node when the engine uses every core it sees (llama.cpp's default),
+and the host memory it holds (its weights and the KV cache its config sizes; Ray's `memory` resource).
+A GPU launch asks no memory: its weights and cache live on its GPUs.
 """
 
 from __future__ import annotations
@@ -13,6 +15,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from autotuner.config import Experiment
 from autotuner.engines._base import fixed_values
 
 GIB = 2**30
@@ -82,14 +85,63 @@ def holds(node: Node, want: Need) -> bool:
     return node.cpus >= want.cpus and node.gpus >= want.gpus and node.memory >= want.memory
 
 
-def unplaceable(want: Need, nodes: Sequence[Node]) -> str | None:
-    """Why no node of the cluster can ever run this launch (None: one can)."""
+ONE_NODE = "a trial of this engine runs on one node"
+
+
+def spread_refused(engine: Any, cfg: Any) -> str | None:
+    """Why a launch of this engine under experiment `cfg` cannot spread over nodes (None: it can)."""
+    if engine.spread_args is None:
+        return f"{ONE_NODE}: only vLLM spreads over nodes, with its Ray backend (docs/ray.md)"
+    if cfg.launcher != "process":
+        return ("an engine spread over nodes runs as processes (launcher: process): in containers its Ray "
+                "workers would need a Ray cluster of the engine's image (docs/ray.md)")
+    return None
+
+
+SPREAD_TAG = "autotuner.ray_spread"  # a launch spread over nodes: the cluster it joined (its MLflow run too)
+
+
+def spread_launch(exp: Experiment, engine: Any, address: str) -> Experiment:
+    """`exp` as a launch spread over the nodes of the Ray cluster at `address` runs: the engine's arguments
+    for it, and the cluster it joins (RAY_ADDRESS, in every written-down command: it runs on a node)."""
+    cfg = exp.config
+    update = {"engine_args": [*cfg.engine_args, *engine.spread_args], "env": {**cfg.env, "RAY_ADDRESS": address}}
+    return exp.model_copy(update={"config": cfg.model_copy(update=update)})
+
+
+def as_launched(exp: Experiment, engine: Any, tags: dict[str, str]) -> Experiment:
+    """`exp` as the trial with these launch tags ran: spread over nodes where it was."""
+    return spread_launch(exp, engine, tags[SPREAD_TAG]) if SPREAD_TAG in tags else exp
+
+
+def spread_nodes(want: Need, nodes: Sequence[Node]) -> list[Node] | None:
+    """The nodes a launch wider than every node spreads over: the fewest nodes, the most GPUs first, whose
+    GPUs hold it, the first (its serving process) with the CPUs it asks; None when one node holds it
+    (no spread) or all of them do not. Declared GPUs: Ray places on what is free when the launch starts."""
+    if not want.gpus or any(holds(n, want) for n in nodes):
+        return None
+    chosen: list[Node] = []
+    for n in sorted((n for n in nodes if n.gpus), key=lambda n: (-n.gpus, n.cpus < want.cpus)):
+        chosen.append(n)
+        if sum(c.gpus for c in chosen) >= want.gpus:
+            return chosen if chosen[0].cpus >= want.cpus else None
+    return None
+
+
+def unplaceable(want: Need, nodes: Sequence[Node], refused: str | None = ONE_NODE) -> str | None:
+    """Why the cluster can never run this launch (None: it can): no node holds it and, where the engine
+    spreads over nodes (`refused` None; else why it cannot), all of them together do not either."""
     if any(holds(n, want) for n in nodes):
         return None
+    wider = bool(nodes) and want.gpus > max(n.gpus for n in nodes)
+    if wider and refused is None and spread_nodes(want, nodes):
+        return None
     largest = ", ".join(n.describe() for n in nodes) or "no live node"
-    spread = (" (a trial runs on one node: an engine spread over nodes is not placed yet, docs/ray.md)"
-              if nodes and want.gpus > max(n.gpus for n in nodes) else "")
-    return f"needs {want.describe()}; the cluster's nodes: {largest}{spread}"
+    why = ""
+    if wider:
+        total = sum(n.gpus for n in nodes)
+        why = f" ({refused})" if refused else f" (spread over nodes: {want.gpus} GPU(s); the cluster has {total:g})"
+    return f"needs {want.describe()}; the cluster's nodes: {largest}{why}"
 
 
 def avoiding(lost: Node | None, want: Need, nodes: Sequence[Node]) -> list[str]:

@@ -119,6 +119,7 @@ class RayTrialExecutor(TrialExecutor):
         self._relay: Any = None
         self._running_on: placement.Node | None = None  # the node the launch in flight said it runs on
         self.footprint = host_footprint(self.exp.model_path)  # what a CPU launch's memory request counts
+        self.spread_refused = placement.spread_refused(self.engine, self.cfg)  # None: wide configs spread
 
     def need_of(self, params: dict[str, Any]) -> placement.Need:
         return placement.config_need(self.engine, self.cfg, params, self.nodes, self.footprint)
@@ -131,15 +132,19 @@ class RayTrialExecutor(TrialExecutor):
             return TrialResult("FAIL", failure_class="infeasible", reason="; ".join(broken))
         want = self.need_of(params)
         self.nodes = nodes()
-        if why := placement.unplaceable(want, self.nodes):
+        if why := placement.unplaceable(want, self.nodes, self.spread_refused):
             return TrialResult("FAIL", failure_class="infeasible", reason=f"no node of the Ray cluster fits: {why}")
+        lost = self._lost_node(trial)
+        over = None if self.spread_refused else self._spread_over(want, lost)
         if self._relay is None:
             self._relay = _queue_here()
         job = TrialJob(experiment=self.exp, params=params, trial_id=getattr(trial, "_trial_id", None), label=label,
                        gate=gate, measure_levels=measure_levels, binary=self.binary, bans=list(self.bans),
                        cache_dir=str(self.cache_dir.resolve()) if self.cache_dir else None, relay=self._relay,
-                       kernel_keys=self.kernel_keys)
-        options: dict[str, Any] = {"num_cpus": want.cpus, "num_gpus": want.gpus, "max_retries": 0,
+                       kernel_keys=self.kernel_keys, spread=over is not None)
+        # A spread launch's task holds no GPU: the engine's own placement group takes them (one the task held
+        # would never be free for it).
+        options: dict[str, Any] = {"num_cpus": want.cpus, "num_gpus": 0 if over else want.gpus, "max_retries": 0,
                                    "name": f"{self.cfg.study_name}/{label}"}
         if want.memory:
             options["memory"] = want.memory
@@ -148,11 +153,21 @@ class RayTrialExecutor(TrialExecutor):
             from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
             options["scheduling_strategy"] = NodeAffinitySchedulingStrategy(self.pin, soft=False)
-        elif (lost := self._lost_node(trial)) and (avoid := placement.avoiding(lost, want, self.nodes)):
+        elif over:  # the serving process where the most GPUs are: vLLM puts its first worker beside it
+            from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
+
+            options["scheduling_strategy"] = NodeAffinitySchedulingStrategy(over[0].id, soft=False)
+            if lost:
+                progress.note(f"    measured off the node that was lost ({lost.address}), where the GPUs allow")
+        elif lost and (avoid := placement.avoiding(lost, want, self.nodes)):
             options["label_selector"] = {NODE_ID_LABEL: f"!in({','.join(avoid)})"}
             progress.note(f"    measured off the node that was lost ({lost.address}; {len(avoid)} node id(s) avoided)")
         self._running_on = None
-        progress.phase(f"waiting for {want.describe()} of the Ray cluster")
+        if over:
+            progress.phase(f"waiting for {want.gpus} GPU(s) spread over {len(over)} nodes of the Ray cluster "
+                           f"({' + '.join(f'{n.gpus:g}' for n in over)}; the serving process on {over[0].address})")
+        else:
+            progress.phase(f"waiting for {want.describe()} of the Ray cluster")
         launch = _Launch(_task(options, progress).remote(job), want, avoid=frozenset(avoid))
         t = time.perf_counter()
         outcome = self._wait(launch, progress)
@@ -194,7 +209,8 @@ class RayTrialExecutor(TrialExecutor):
             elif self._running_on is None and not launch.cancelled and time.monotonic() > check_at:
                 # Not started: the nodes that could hold it may have died since (it would wait forever).
                 check_at = time.monotonic() + PENDING_CHECK_S
-                if why := placement.unplaceable(launch.need, [n for n in nodes() if n.id not in launch.avoid]):
+                live = [n for n in nodes() if n.id not in launch.avoid]
+                if why := placement.unplaceable(launch.need, live, self.spread_refused):
                     launch.unplaceable = why
                     ray.cancel(launch.ref)
                     launch.cancelled = True
@@ -241,6 +257,15 @@ class RayTrialExecutor(TrialExecutor):
         if self._relay is not None and not _drain(self._relay, take):
             progress.note("    the trial's progress lines are lost (its queue failed); its result is not")
             self._relay = None
+
+    def _spread_over(self, want: placement.Need, lost: placement.Node | None) -> list[placement.Node] | None:
+        """The nodes a launch wider than every node spreads over (None: it fits one), off a lost node and
+        every node at its address where the others hold it."""
+        if lost is not None:
+            off = [n for n in self.nodes if n.id != lost.id and n.address != lost.address]
+            if over := placement.spread_nodes(want, off):
+                return over
+        return placement.spread_nodes(want, self.nodes)
 
     @staticmethod
     def _lost_node(trial: optuna.Trial | None) -> placement.Node | None:
@@ -310,6 +335,7 @@ class TrialJob:
     cache_dir: str | None
     relay: Any
     kernel_keys: dict[str, tuple[str, str | None]]  # node id -> the kernel cache key its stage tuned under
+    spread: bool = False  # wider than the node: the engine spreads over nodes by its own placement group
 
 
 class RelayedProgress:
@@ -364,6 +390,10 @@ def run_on_node(job: TrialJob) -> NodeOutcome:
         gpu_ids = [int(g) for g in ray.get_gpu_ids()]
         pool = Leases(Pool.of_gpus(gpu_ids), directory=workdir / "leases") if gpu_ids else None
         engine = get_engine(cfg.engine, exp.space.env_params)
+        if job.spread:
+            exp = placement.spread_launch(exp, engine, context.gcs_address)
+            progress.note(f"    spread over nodes: {engine.name} places its GPU workers on the cluster at "
+                          f"{context.gcs_address} by a placement group of its own")
         if cfg.kernels is not None:  # the kernels the stage tuned on this node, for its GPU
             exp = kernel_stage.for_node(exp, engine, gpu_ids, job.kernel_keys.get(here.id))
         launcher = make_launcher(exp, progress=progress.note)
@@ -383,6 +413,8 @@ def run_on_node(job: TrialJob) -> NodeOutcome:
         result = executor.run(job.params, trial=trial, trial_dir=trial_dir, progress=progress,  # type: ignore[arg-type]
                               timings=timings, label=job.label, gate=job.gate, measure_levels=job.measure_levels)
         result.launch_tags.update(kernel_stage.key_tags(exp))  # the winner's command reads the same kernels
+        if job.spread:  # and is spread as this launch was
+            result.launch_tags[placement.SPREAD_TAG] = context.gcs_address
         return result, _files(trial_dir), here, timings
     finally:
         shutil.rmtree(workdir, ignore_errors=True)

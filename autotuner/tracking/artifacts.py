@@ -31,6 +31,7 @@ from autotuner.core.callbacks import Series, StudyCallback
 from autotuner.core.resolved import experiment_from_text, resolved_experiment
 from autotuner.core.study import best_trial, primary_value
 from autotuner.engines._base import Engine
+from autotuner.executors import placement
 from autotuner.report import export, plots
 from autotuner.stages import kernel_stage
 from autotuner.tracking import MlflowTracker
@@ -84,6 +85,11 @@ def winner_text(fmt: str, engine: Engine, exp: Experiment, row: report.TrialRow,
                 version: str, image: str | None = None) -> str:
     """A trial (the best) in one of export.FORMATS, built as its trials were launched (autotuner.core.launch)."""
     exp = kernel_stage.as_launched(exp, row.launch_tags)  # a Ray node's kernels, where the node chose the key
+    exp = placement.as_launched(exp, engine, row.launch_tags)  # spread over a Ray cluster's nodes, where it was
+    if fmt in ("k8s", "helm-values") and placement.SPREAD_TAG in row.launch_tags:
+        raise export.ExportError(f"--format {fmt}: the winner ran spread over the nodes of a Ray cluster, which "
+                                 "one pod cannot hold (a multi-node deployment, e.g. a LeaderWorkerSet, is not "
+                                 "written); --format args gives its command for a node of that cluster")
     if fmt in ("k8s", "helm-values"):
         return _k8s(engine, exp, row, image, version, fmt)
     winner = launch.planned(exp, engine, row.params, port=launch.EXPORT_PORT, binary=binary,

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import re
 import shutil
 import signal
 import socket
@@ -339,3 +340,58 @@ def test_a_task_no_live_node_can_hold_is_cancelled_before_it_starts_not_left_wai
     assert time.monotonic() - t < 30
     assert result.state == "FAIL" and result.failure_class == "node-lost" and result.transient, result.reason
     assert result.reason.startswith("no live node of the Ray cluster can hold it any more: needs 1 GPU(s)")
+
+
+def test_a_config_wider_than_every_node_spreads_its_engine_over_both_and_leaves_nothing(tmp_path, gpu_cluster):
+    # Two nodes of one (declared) GPU each; a vLLM config of TP 2 needs both. vLLM's CPU build has no Ray
+    # backend, so the engine is a stand-in that joins the cluster and places its workers as vLLM does
+    # (tests/vllm_ray_stand_in.py); the rest is the real path: the executor, Ray's placement, the process
+    # launcher on the node, the load generator.
+    import ray
+    from ray.util import placement_group_table
+
+    from autotuner.config import load_experiment
+    from autotuner.core.progress import Progress
+    from autotuner.engines._base import get_engine
+    from autotuner.executors import ray as on_ray
+    from autotuner.launchers.process import ProcessLauncher
+
+    model = tmp_path / "model"
+    shutil.copytree(REPO / "tests/data/hf/llama-3.1-8b", model)
+    python = tmp_path / "bin" / "python"  # what the vLLM adapter runs as `python -m vllm.entrypoints...`
+    python.parent.mkdir()
+    python.write_text(f"#!/bin/sh\nexec {sys.executable} {REPO / 'tests/vllm_ray_stand_in.py'} \"$@\"\n")
+    python.chmod(0o755)
+    (tmp_path / "space.yaml").write_text("engine: vllm\nparams:\n  tensor_parallel_size: {type: categorical, "
+                                         "choices: [1, 2]}\n")
+    (tmp_path / "exp.yaml").write_text(
+        f"name: spread\nengine: vllm\nexecutor: ray\nmodel: {{path: {model}, name: m}}\nsearch_space: space.yaml\n"
+        "hardware: {gpus: 2}\nworkload: {num_prompts: 8, input_len: 16, output_len: 8, warmup_requests: 0}\n"
+        f"load: {{max_concurrency: [2]}}\nstudy: {{storage: 'sqlite:///{tmp_path}/s.db'}}\nquality: off\n"
+        "startup_timeout_s: 120\n")
+    exp = load_experiment(tmp_path / "exp.yaml")
+    ray.init(address=gpu_cluster, namespace="autotuner-test", log_to_driver=False, logging_level="WARNING")
+    try:
+        executor = on_ray.RayTrialExecutor(exp, engine=get_engine("vllm"), launcher=ProcessLauncher(tmp_path / "p"),
+                                           binary=str(python), secrets={})
+        result = executor.run({"tensor_parallel_size": 2}, trial=None, trial_dir=tmp_path / "t",
+                              progress=Progress(1, "output_tok_per_s"), timings={}, label="spread")
+        deadline = time.monotonic() + 60  # the engine's placement group ends with its process (its Ray job)
+        while any(g["state"] != "REMOVED" for g in placement_group_table().values()) and time.monotonic() < deadline:
+            time.sleep(0.5)
+        groups = [g["state"] for g in placement_group_table().values()]
+    finally:
+        ray.shutdown()
+    log = (tmp_path / "t" / "server.log").read_text()
+    assert result.state == "COMPLETE", (result.reason, log[-3000:])
+    assert result.level_metrics[0]["completed"] == 8
+    # Both nodes hold a worker; the serving process runs beside the first; the engine joined this cluster.
+    placed = re.search(r"serving node (\w+); workers on nodes \['(\w+)', '(\w+)'\]", log)
+    assert placed and placed.group(2) != placed.group(3) and placed.group(1) in placed.group(2, 3), log[-3000:]
+    port = gpu_cluster.rsplit(":", 1)[1]  # the cluster's GCS, at the address Ray gives it (not loopback)
+    assert re.search(rf"RAY_ADDRESS \S+:{port}\n", log) and "backend ray" in log, log[:500]
+    assert result.launch_tags["autotuner.ray_spread"].endswith(f":{port}")  # the winner's export spreads it too
+    assert "--distributed-executor-backend ray" in result.command and re.search(rf"RAY_ADDRESS=\S+:{port} ",
+                                                                                 result.command), result.command
+    assert groups and set(groups) == {"REMOVED"}, groups  # nothing of the engine holds the GPUs after it
+    assert not processes_naming("vllm_ray_stand_in.py")

@@ -33,8 +33,34 @@ def test_a_launch_no_node_holds_is_named_with_the_nodes_it_saw():
     assert placement.unplaceable(Need(cpus=1, gpus=8), cluster) is None
     why = placement.unplaceable(Need(cpus=1, gpus=16), cluster)
     assert why is not None and "16 GPU(s)" in why and "10.0.0.0" in why and "10.0.0.1" in why
-    assert "an engine spread over nodes is not placed yet" in why  # more GPUs than any one node has
+    assert placement.ONE_NODE in why  # more GPUs than any one node has, of an engine that stays on one
     assert "no live node" in (placement.unplaceable(Need(cpus=1, gpus=0), []) or "")
+
+
+def test_a_launch_wider_than_every_node_spreads_over_the_fewest_nodes_that_hold_it():
+    a, b, c = cluster = nodes((64, 8), (64, 4), (64, 8))
+    sixteen = Need(cpus=1, gpus=16)
+    assert placement.spread_nodes(Need(cpus=1, gpus=8), cluster) is None  # one node holds it: no spread
+    assert placement.spread_nodes(sixteen, cluster) == [a, c]  # the most GPUs first
+    assert placement.spread_nodes(Need(cpus=1, gpus=12), cluster) == [a, c]
+    assert placement.spread_nodes(Need(cpus=1, gpus=21), cluster) is None  # 20 in all
+    assert placement.spread_nodes(Need(cpus=128, gpus=16), cluster) is None  # no node has the serving CPUs
+    # Where the engine spreads, the cluster's GPUs in all are what counts; where it does not, one node's.
+    assert placement.unplaceable(sixteen, cluster, None) is None
+    why = placement.unplaceable(Need(cpus=1, gpus=24), cluster, None) or ""
+    assert "spread over nodes: 24 GPU(s); the cluster has 20" in why
+    assert placement.ONE_NODE in (placement.unplaceable(sixteen, cluster) or "")
+
+
+def test_only_vllm_as_processes_spreads_over_nodes():
+    from autotuner.config import load_experiment
+    from autotuner.engines._base import get_engine
+
+    cfg = load_experiment(REPO / "experiments/quickstart.yaml").config
+    assert placement.spread_refused(get_engine("vllm"), cfg) is None
+    assert "only vLLM spreads over nodes" in (placement.spread_refused(get_engine("sglang"), cfg) or "")
+    in_docker = cfg.model_copy(update={"launcher": "docker"})
+    assert "runs as processes" in (placement.spread_refused(get_engine("vllm"), in_docker) or "")
 
 
 def test_a_retry_stays_off_the_lost_node_and_its_address_while_another_node_holds_it():
@@ -169,3 +195,47 @@ def test_the_node_a_retry_stays_off_is_found_through_a_retry_that_was_interrupte
     assert RayTrialExecutor._lost_node(retry_of(0)) == lost
     assert RayTrialExecutor._lost_node(retry_of(3)) is None  # not a node's loss at the chain's start
     assert RayTrialExecutor._lost_node(study.ask()) is None  # no retry
+
+
+def test_a_study_whose_configs_may_spread_over_nodes_runs_one_trial_at_a_time():
+    from types import SimpleNamespace
+
+    from autotuner.compose import ray_workers
+    from autotuner.config import load_experiment
+
+    cfg = load_experiment(REPO / "experiments/quickstart.yaml").config
+    cluster = nodes((64, 8), (64, 8))
+
+    def driver(gpus: int, refused: str | None, told: int | None = None) -> SimpleNamespace:
+        exp_cfg = cfg.model_copy(update={"hardware": cfg.hardware.model_copy(update={"gpus": gpus}),
+                                         "ray": cfg.ray.model_copy(update={"trials_at_once": told})})
+        executor = SimpleNamespace(nodes=cluster, spread_refused=refused, need_of=lambda _: Need(cpus=1, gpus=1))
+        return SimpleNamespace(cfg=exp_cfg, executor=executor)
+
+    at_once, why = ray_workers(driver(16, None), 100)  # type: ignore[arg-type]
+    assert at_once == 1 and "configs may spread over nodes (hardware.gpus 16, nodes of at most 8 GPU(s))" in why
+    assert ray_workers(driver(8, None), 100) == (16, "")  # type: ignore[arg-type]  # every config fits a node
+    assert ray_workers(driver(16, "sglang"), 100) == (16, "")  # type: ignore[arg-type]  # none spreads
+    assert ray_workers(driver(16, None, told=4), 100) == (4, "")  # type: ignore[arg-type]  # as told
+
+
+def test_a_winner_that_ran_spread_over_nodes_is_exported_as_it_ran_and_never_as_one_pod():
+    from autotuner.config import load_experiment
+    from autotuner.engines._base import get_engine
+    from autotuner.report.export import ExportError
+    from autotuner.report.summary import TrialRow
+    from autotuner.tracking.artifacts import winner_text
+
+    exp, vllm = load_experiment(REPO / "experiments/vllm-cpu.yaml"), get_engine("vllm")
+
+    def text(fmt: str, tags: dict[str, str]) -> str:
+        row = TrialRow(number=3, value=1.0, params={}, baseline=False, metrics={}, launch_tags=tags)
+        return winner_text(fmt, vllm, exp, row, None, "0.32.0")
+
+    spread = {placement.SPREAD_TAG: "10.0.0.1:6379"}
+    assert "--distributed-executor-backend ray" in text("args", spread)
+    assert "RAY_ADDRESS=10.0.0.1:6379" in text("args", spread)
+    assert "RAY_ADDRESS" not in text("args", {}) and "--distributed-executor-backend" not in text("args", {})
+    for fmt in ("k8s", "helm-values"):
+        with pytest.raises(ExportError, match="spread over the nodes of a Ray cluster, which one pod cannot hold"):
+            text(fmt, spread)
