@@ -387,7 +387,8 @@ class RayConfig(_Strict):
                           "environment, else a cluster started on this machine.")
     trials_at_once: int | None = Field(
         None, gt=0, description="Trials in flight at once (default: as many as the cluster's nodes hold of the "
-                                "engine's default config).")
+                                "engine's default config, at most a quarter of the trials; one where configs "
+                                "may spread over nodes).")
 
 
 class ExperimentConfig(_Strict):
