@@ -105,9 +105,13 @@ def dry_run(exp: Experiment, engine: Engine, n: int, echo: Callable[[str], None]
             if guess and model and trial.user_attrs.get("proposed_by") != "performance-model":
                 echo(f"#   {model.reason(guess)}")
             if cfg.executor == "ray":
-                from autotuner.executors.placement import config_need
+                from autotuner.executors.placement import config_need, spread_refused
 
-                echo(f"#   on Ray: asks {config_need(engine, cfg, params, [], footprint).describe()}")
+                want = config_need(engine, cfg, params, [], footprint)
+                # No cluster is joined here: where no node holds it, the launch spreads or is infeasible.
+                wider = (f" (on a cluster whose nodes have fewer GPUs: spread over nodes, {engine.name}'s Ray "
+                         "backend)" if want.gpus > 1 and spread_refused(engine, cfg) is None else "")
+                echo(f"#   on Ray: asks {want.describe()}{wider}")
             echo(planned(exp, engine, params, port=DRY_RUN_PORT, binary=binary).command)
     echo("")
     echo(f"# {n - infeasible} launchable, {infeasible} infeasible (an infeasible config costs no launch)")
@@ -139,6 +143,7 @@ def preflight_plan(exp: Experiment, gpus: list[int], binary: str | None, echo: C
 
     cfg = exp.config
     ids = ",".join(map(str, gpus))
+    on_ray = cfg.executor == "ray"  # each GPU node's check holds that node's GPUs, as Ray hands them out
     if cfg.launcher == "docker" and cfg.docker is not None:
         image = cfg.docker.image
 
@@ -149,8 +154,11 @@ def preflight_plan(exp: Experiment, gpus: list[int], binary: str | None, echo: C
         argvs = {p.name: p.argv for p in probes("python3")}
     else:
         def render(argv: tuple[str, ...]) -> str:
-            return env_words(gpu_env(gpus)) + shlex.join(argv)
+            return ("" if on_ray else env_words(gpu_env(gpus))) + shlex.join(argv)
         where = "on this host"
         argvs = {p.name: p.argv for p in probes(host_python(binary))}
+    if on_ray:
+        node = "each node of the Ray cluster with GPUs, all of them"
+        where = f"on {node}" if where == "on this host" else f"{where}, on {node}"
     for line in plan_lines(where, lambda probe: render(argvs[probe.name])):
         echo(line)
