@@ -17,6 +17,17 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 
+def get_ip() -> str:
+    """vLLM's get_ip: VLLM_HOST_IP, else the address of the default route (which the test nodes share)."""
+    import socket
+
+    if os.environ.get("VLLM_HOST_IP"):
+        return os.environ["VLLM_HOST_IP"]
+    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
+        s.connect(("8.8.8.8", 80))  # no packet is sent: it only picks the route
+        return s.getsockname()[0]
+
+
 def main() -> None:
     import ray
     from ray._private.state import available_resources_per_node
@@ -35,13 +46,13 @@ def main() -> None:
     args, _ = parser.parse_known_args()
     world = args.tensor_parallel_size * args.pipeline_parallel_size
     print(f"stand-in: world size {world}, backend {args.distributed_executor_backend}, "
-          f"RAY_ADDRESS {os.environ.get('RAY_ADDRESS')}", flush=True)
+          f"RAY_ADDRESS {os.environ.get('RAY_ADDRESS')}, VLLM_HOST_IP {os.environ.get('VLLM_HOST_IP')}", flush=True)
     ray.init(address=os.environ.get("RAY_ADDRESS"), log_to_driver=False, logging_level="WARNING")
     here = ray.get_runtime_context().get_node_id()
     if available_resources_per_node()[here].get("GPU", 0) < 1:
         sys.exit(f"ValueError: Current node has no GPU available. vLLM engine cannot start without GPU. {here=}")
     bundles: list[dict[str, float]] = [{"GPU": 1.0} for _ in range(world)]
-    bundles[0][f"node:{ray.util.get_node_ip_address()}"] = 0.001  # vLLM: node:<its get_ip()>
+    bundles[0][f"node:{get_ip()}"] = 0.001
     group = placement_group(bundles, strategy="PACK")
     ray.get(group.ready(), timeout=120)
 

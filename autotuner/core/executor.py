@@ -57,8 +57,9 @@ from autotuner.workloads.plan import LevelPlan
 from autotuner.workloads.sessions import SessionPlan
 
 LOG_TAIL_LINES = 30
-# May be the machine, not the config: measured once more (port-taken: on a fresh port).
-TRANSIENT_FAILURES = frozenset({"startup-timeout", "client-errors", "port-taken"})
+# May be the machine, not the config: measured once more (port-taken: on a fresh port; gpus-busy: a launch
+# spread over a Ray cluster's nodes found GPUs it needs held by others).
+TRANSIENT_FAILURES = frozenset({"startup-timeout", "client-errors", "port-taken", "gpus-busy"})
 SLO_NOISE = 0.10  # an SLO missed by less than this (relative) may be the machine: measured once more
 OnLevel = Callable[[int, dict[str, float]], None]
 

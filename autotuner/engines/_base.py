@@ -179,6 +179,11 @@ class Engine:
     # them (vLLM: its Ray backend, which places its workers by a placement group of its own); None: a
     # launch of this engine stays on one node.
     spread_args: ClassVar[tuple[str, ...] | None] = None
+    spread_ip_env: ClassVar[str | None] = None  # the variable that tells it the serving node's cluster address
+
+    def spread_problem(self, params: Mapping[str, Any], engine_args: Sequence[str] = ()) -> str | None:
+        """Why this config cannot spread over nodes although the engine can (None: it can)."""
+        return None
 
     def with_env_params(self, bindings: Mapping[str, str]) -> Engine:
         """This engine with the search space's environment params added to its flags: {param: VARIABLE},

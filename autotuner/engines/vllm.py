@@ -188,6 +188,8 @@ _FAILURES = [
                        r"available KV cache memory|Cannot allocate memory|insufficient memory|MemoryError", re.I)),
     ("backend", re.compile(r"Invalid attention backend|not supported by (this|the \S+( \S+)?) backend|"
                            r"attention backend .*(not|unsupported)|No valid attention backend", re.I)),
+    # Spread over nodes (its Ray backend): the GPUs were held by others when it asked (transient).
+    ("gpus-busy", re.compile(r"Current node has no GPU available|Cannot provide a placement group")),
     ("bad-config", re.compile(r"(ValueError|AssertionError|pydantic.*ValidationError)[:\s]", re.I)),
 ]
 _ERROR_LINE = re.compile(r"^(\(\w+ pid=\d+\) )?(ERROR|CRITICAL)\b|Error:|^RuntimeError|^ValueError")
@@ -215,6 +217,7 @@ class VllmEngine(Engine):
     flags = FLAGS
     env_params = ENV_PARAMS
     spread_args = ("--distributed-executor-backend", "ray")  # joins RAY_ADDRESS's cluster (executors/ray.py)
+    spread_ip_env = "VLLM_HOST_IP"  # pins its first worker to this node; else its default route's address
 
     def build(self, params: Mapping[str, Any], ctx: LaunchContext) -> LaunchSpec:
         binary = ctx.binary or "vllm"
@@ -232,6 +235,12 @@ class VllmEngine(Engine):
         env = {**BASE_ENV, **(CPU_ENV if ctx.gpus == 0 else {}), **dict(ctx.extra_env), **self.tuning_env(params)}
         return LaunchSpec(argv=argv, port=ctx.port, served_model_name=ctx.served_model_name, health_path="/health",
                           env=env, image=DEFAULT_IMAGE)
+
+    def spread_problem(self, params: Mapping[str, Any], engine_args: Sequence[str] = ()) -> str | None:
+        # Each data-parallel engine core would place its own workers, all wanting a GPU beside the server.
+        dp = int(self.effective(params, tuple(engine_args)).get("data_parallel_size", 1))
+        return (f"data_parallel_size {dp} spread over nodes: each DP engine would need a GPU of the serving "
+                "node; not placed (keep DP within a node)") if dp > 1 else None
 
     def check_space(self, param_names: list[str], choices: Mapping[str, list[Any]]) -> None:
         super().check_space(param_names, choices)

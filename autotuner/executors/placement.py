@@ -101,11 +101,16 @@ def spread_refused(engine: Any, cfg: Any) -> str | None:
 SPREAD_TAG = "autotuner.ray_spread"  # a launch spread over nodes: the cluster it joined (its MLflow run too)
 
 
-def spread_launch(exp: Experiment, engine: Any, address: str) -> Experiment:
+def spread_launch(exp: Experiment, engine: Any, address: str, node_ip: str | None = None) -> Experiment:
     """`exp` as a launch spread over the nodes of the Ray cluster at `address` runs: the engine's arguments
-    for it, and the cluster it joins (RAY_ADDRESS, in every written-down command: it runs on a node)."""
+    for it, the cluster it joins (RAY_ADDRESS, in every written-down command: it runs on a node) and, where
+    known, the serving node's address in the cluster (a node with several networks: the engine's own guess,
+    its default route, may not be the address Ray knows the node by, and its workers would never be placed)."""
     cfg = exp.config
-    update = {"engine_args": [*cfg.engine_args, *engine.spread_args], "env": {**cfg.env, "RAY_ADDRESS": address}}
+    env = {**cfg.env, "RAY_ADDRESS": address}
+    if node_ip and engine.spread_ip_env:
+        env[engine.spread_ip_env] = node_ip
+    update = {"engine_args": [*cfg.engine_args, *engine.spread_args], "env": env}
     return exp.model_copy(update={"config": cfg.model_copy(update=update)})
 
 
@@ -120,12 +125,16 @@ def spread_nodes(want: Need, nodes: Sequence[Node]) -> list[Node] | None:
     (no spread) or all of them do not. Declared GPUs: Ray places on what is free when the launch starts."""
     if not want.gpus or any(holds(n, want) for n in nodes):
         return None
-    chosen: list[Node] = []
-    for n in sorted((n for n in nodes if n.gpus), key=lambda n: (-n.gpus, n.cpus < want.cpus)):
-        chosen.append(n)
+    serving = [n for n in nodes if n.gpus and n.cpus >= want.cpus]
+    if not serving:
+        return None
+    first = max(serving, key=lambda n: n.gpus)
+    chosen = [first]
+    for n in sorted((n for n in nodes if n.gpus and n.id != first.id), key=lambda n: -n.gpus):
         if sum(c.gpus for c in chosen) >= want.gpus:
-            return chosen if chosen[0].cpus >= want.cpus else None
-    return None
+            break
+        chosen.append(n)
+    return chosen if sum(c.gpus for c in chosen) >= want.gpus else None
 
 
 def unplaceable(want: Need, nodes: Sequence[Node], refused: str | None = ONE_NODE) -> str | None:
@@ -138,9 +147,12 @@ def unplaceable(want: Need, nodes: Sequence[Node], refused: str | None = ONE_NOD
         return None
     largest = ", ".join(n.describe() for n in nodes) or "no live node"
     why = ""
-    if wider:
-        total = sum(n.gpus for n in nodes)
-        why = f" ({refused})" if refused else f" (spread over nodes: {want.gpus} GPU(s); the cluster has {total:g})"
+    if wider and refused:
+        why = f" ({refused})"
+    elif wider and not any(n.gpus and n.cpus >= want.cpus for n in nodes):
+        why = f" (spread over nodes: no node with GPUs has the {want.cpus:g} CPU(s) its serving process asks)"
+    elif wider:
+        why = f" (spread over nodes: {want.gpus} GPU(s); the cluster has {sum(n.gpus for n in nodes):g})"
     return f"needs {want.describe()}; the cluster's nodes: {largest}{why}"
 
 

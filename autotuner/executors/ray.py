@@ -40,6 +40,7 @@ if TYPE_CHECKING:
 NAMESPACE = "autotuner"
 POLL_S = 0.5  # how often the driver looks at the task and its progress lines
 PENDING_CHECK_S = 30.0  # how often a task not started yet checks that a live node can still hold it
+PENDING_POLL_S = 2.0  # how often a spread launch looks for its GPUs to be free
 MAX_FILE_BYTES = 32 << 20  # a trial's file larger than this comes back cut to its end
 NODE_LOST = "node-lost"
 NODE_TAG, ADDRESS_TAG = "autotuner.ray_node", "autotuner.ray_node_address"  # where a launch ran (its MLflow run)
@@ -136,12 +137,14 @@ class RayTrialExecutor(TrialExecutor):
             return TrialResult("FAIL", failure_class="infeasible", reason=f"no node of the Ray cluster fits: {why}")
         lost = self._lost_node(trial)
         over = None if self.spread_refused else self._spread_over(want, lost)
+        if over and (problem := self.engine.spread_problem(params, self.cfg.engine_args)):
+            return TrialResult("FAIL", failure_class="infeasible", reason=f"no node of the Ray cluster fits: {problem}")
         if self._relay is None:
             self._relay = _queue_here()
         job = TrialJob(experiment=self.exp, params=params, trial_id=getattr(trial, "_trial_id", None), label=label,
                        gate=gate, measure_levels=measure_levels, binary=self.binary, bans=list(self.bans),
                        cache_dir=str(self.cache_dir.resolve()) if self.cache_dir else None, relay=self._relay,
-                       kernel_keys=self.kernel_keys, spread=over is not None)
+                       kernel_keys=self.kernel_keys, spread=want.gpus if over else 0)
         # A spread launch's task holds no GPU: the engine's own placement group takes them (one the task held
         # would never be free for it).
         options: dict[str, Any] = {"num_cpus": want.cpus, "num_gpus": 0 if over else want.gpus, "max_retries": 0,
@@ -157,15 +160,15 @@ class RayTrialExecutor(TrialExecutor):
             from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
             options["scheduling_strategy"] = NodeAffinitySchedulingStrategy(over[0].id, soft=False)
-            if lost:
-                progress.note(f"    measured off the node that was lost ({lost.address}), where the GPUs allow")
+            if lost:  # only the serving process is steered: vLLM's placement group puts its workers
+                progress.note(f"    its serving process off the node that was lost ({lost.address}), GPUs allowing")
         elif lost and (avoid := placement.avoiding(lost, want, self.nodes)):
             options["label_selector"] = {NODE_ID_LABEL: f"!in({','.join(avoid)})"}
             progress.note(f"    measured off the node that was lost ({lost.address}; {len(avoid)} node id(s) avoided)")
         self._running_on = None
         if over:
-            progress.phase(f"waiting for {want.gpus} GPU(s) spread over {len(over)} nodes of the Ray cluster "
-                           f"({' + '.join(f'{n.gpus:g}' for n in over)}; the serving process on {over[0].address})")
+            progress.phase(f"waiting for {want.gpus} GPU(s) over the Ray cluster's nodes (the fewest that hold them: "
+                           f"{' + '.join(f'{n.gpus:g}' for n in over)}), the serving process on {over[0].address}")
         else:
             progress.phase(f"waiting for {want.describe()} of the Ray cluster")
         launch = _Launch(_task(options, progress).remote(job), want, avoid=frozenset(avoid))
@@ -185,7 +188,11 @@ class RayTrialExecutor(TrialExecutor):
         if trial is None and measure_levels and self.pin is None and result.state == "COMPLETE":
             self.pin = node.id
             self.on_pin(node.describe())
-            progress.note(f"    the confirmation's launches all run on one node: {node.describe()}")
+            if placement.SPREAD_TAG in result.launch_tags:  # vLLM places the workers of each launch anew
+                progress.note(f"    the confirmation's launches all serve from one node: {node.describe()} (their "
+                              "workers go where the engine's placement group puts them)")
+            else:
+                progress.note(f"    the confirmation's launches all run on one node: {node.describe()}")
         for step, metrics in enumerate(result.level_metrics):
             on_level(step, metrics)  # tracking charts each level, as it does for a local trial
         self.records, self.answers, self.score = result.records, result.answers, result.quality
@@ -335,7 +342,7 @@ class TrialJob:
     cache_dir: str | None
     relay: Any
     kernel_keys: dict[str, tuple[str, str | None]]  # node id -> the kernel cache key its stage tuned under
-    spread: bool = False  # wider than the node: the engine spreads over nodes by its own placement group
+    spread: int = 0  # GPUs of a launch wider than a node, spread by the engine's own placement group (0: none)
 
 
 class RelayedProgress:
@@ -391,7 +398,9 @@ def run_on_node(job: TrialJob) -> NodeOutcome:
         pool = Leases(Pool.of_gpus(gpu_ids), directory=workdir / "leases") if gpu_ids else None
         engine = get_engine(cfg.engine, exp.space.env_params)
         if job.spread:
-            exp = placement.spread_launch(exp, engine, context.gcs_address)
+            if busy := _await_free_gpus(job.spread, here.id, cfg.startup_timeout_s, progress):
+                return TrialResult("FAIL", failure_class="gpus-busy", transient=True, reason=busy), {}, here, {}
+            exp = placement.spread_launch(exp, engine, context.gcs_address, here.address)
             progress.note(f"    spread over nodes: {engine.name} places its GPU workers on the cluster at "
                           f"{context.gcs_address} by a placement group of its own")
         if cfg.kernels is not None:  # the kernels the stage tuned on this node, for its GPU
@@ -418,6 +427,25 @@ def run_on_node(job: TrialJob) -> NodeOutcome:
         return result, _files(trial_dir), here, timings
     finally:
         shutil.rmtree(workdir, ignore_errors=True)
+
+
+def _await_free_gpus(gpus: int, node_id: str, timeout_s: float, progress: RelayedProgress) -> str | None:
+    """Wait until `gpus` GPUs of the cluster are free, one of them on this node (where a spread engine
+    puts its first worker): it asks for them all at once, and a start that finds them held fails. Why
+    they never were (None: they are)."""
+    from ray._private.state import available_resources_per_node  # what vLLM itself reads
+
+    progress.phase(f"waiting for {gpus} free GPU(s) of the cluster, one on this node (taken all at once)")
+    deadline = time.monotonic() + timeout_s
+    while True:
+        free = available_resources_per_node()
+        total, here = sum(r.get("GPU", 0) for r in free.values()), free.get(node_id, {}).get("GPU", 0)
+        if total >= gpus and here >= 1:
+            return None
+        if time.monotonic() > deadline:
+            return (f"{gpus} GPU(s) of the cluster, one on the serving node, were never free at once in "
+                    f"{timeout_s:g} s (free: {total:g}, {here:g} here): other trials or jobs hold them")
+        time.sleep(PENDING_POLL_S)
 
 
 def _files(folder: Path) -> dict[str, bytes]:

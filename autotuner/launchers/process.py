@@ -3,11 +3,13 @@
 Each server runs in its own process group (so stop reaches its children) and is told by the kernel to
 die with the tuner (PR_SET_PDEATHSIG), so even a SIGKILLed tuner leaves no engine behind on Linux. A
 pidfile per server, tagged with the study's labels, lets `reap` find leftovers anyway (other OSes, a
-tuner killed between fork and exec). Never runs through a shell.
+tuner killed between fork and exec, a child that outlived its server: its session's processes, from
+/proc). Never runs through a shell.
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import signal
@@ -27,7 +29,7 @@ from autotuner.launchers._base import (
     this_owner,
     wait_healthy,
 )
-from autotuner.launchers.listeners import listening_inodes, session_listens
+from autotuner.launchers.procfs import listening_inodes, session_listens, session_members
 from autotuner.util.parent_death import signal_on_parent_death
 
 _STOP_GRACE_S = 10.0
@@ -85,7 +87,8 @@ class ProcessLauncher:
 
         def check() -> None:
             if (code := proc.poll()) is not None:
-                if listening_inodes(port):  # gone, and yet something listens there: its bind failed
+                # Gone, and yet another program listens there (not a child of its own): its bind failed.
+                if listening_inodes(port) and session_listens(proc.pid, port) is False:
                     raise PortTaken(f"{taken} (the server exited with code {code})", tail(handle.log_path))
                 raise EngineExited(f"server exited with code {code} while starting", code,
                                    tail(handle.log_path, _FAILURE_TAIL_LINES))
@@ -127,6 +130,11 @@ class ProcessLauncher:
             pid = entry["pid"]
             if entry.get("start") and process_start_time(pid) == entry["start"]:
                 _kill_group(pid, signal.SIGKILL)
+                reaped.append(str(pid))
+            elif left := session_members(pid):  # the server died (with its tuner); a child of it lives on
+                for member in left:
+                    with contextlib.suppress(ProcessLookupError, PermissionError):
+                        os.kill(member, signal.SIGKILL)
                 reaped.append(str(pid))
             pidfile.unlink(missing_ok=True)
         return reaped

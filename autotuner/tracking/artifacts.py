@@ -86,10 +86,12 @@ def winner_text(fmt: str, engine: Engine, exp: Experiment, row: report.TrialRow,
     """A trial (the best) in one of export.FORMATS, built as its trials were launched (autotuner.core.launch)."""
     exp = kernel_stage.as_launched(exp, row.launch_tags)  # a Ray node's kernels, where the node chose the key
     exp = placement.as_launched(exp, engine, row.launch_tags)  # spread over a Ray cluster's nodes, where it was
-    if fmt in ("k8s", "helm-values") and placement.SPREAD_TAG in row.launch_tags:
+    if fmt in ("docker", "k8s", "helm-values") and placement.SPREAD_TAG in row.launch_tags:
+        holder = "one container" if fmt == "docker" else "one pod"
         raise export.ExportError(f"--format {fmt}: the winner ran spread over the nodes of a Ray cluster, which "
-                                 "one pod cannot hold (a multi-node deployment, e.g. a LeaderWorkerSet, is not "
-                                 "written); --format args gives its command for a node of that cluster")
+                                 f"{holder} cannot hold (its workers are the cluster's; a multi-node deployment, "
+                                 "e.g. a LeaderWorkerSet, is not written); --format args gives its command for a "
+                                 "node of that cluster")
     if fmt in ("k8s", "helm-values"):
         return _k8s(engine, exp, row, image, version, fmt)
     winner = launch.planned(exp, engine, row.params, port=launch.EXPORT_PORT, binary=binary,
@@ -217,8 +219,11 @@ class StudyArtifacts(StudyCallback):
         command = None
         if summary.best is not None:
             command = winner_text("args", self.engine, self.exp, summary.best, self.binary, self.version).strip()
-            files["best-docker.sh"] = "#!/bin/sh\nexec " + winner_text(
-                "docker", self.engine, self.exp, summary.best, self.binary, self.version)
+            try:
+                files["best-docker.sh"] = "#!/bin/sh\nexec " + winner_text(
+                    "docker", self.engine, self.exp, summary.best, self.binary, self.version)
+            except export.ExportError as e:  # a winner spread over a cluster's nodes: no one container
+                files["best-docker.sh"] = f"#!/bin/sh\n# {e}\nexit 2\n"
             config_name = "best-config.ini" if self.engine.name == "llamacpp" else "best-config.yaml"
             files[config_name] = winner_text("config", self.engine, self.exp, summary.best, self.binary, self.version)
             summary.best_files = [str(self.folder / n) for n in ("best.json", "best-command.sh", *files)]

@@ -342,6 +342,52 @@ def test_a_task_no_live_node_can_hold_is_cancelled_before_it_starts_not_left_wai
     assert result.reason.startswith("no live node of the Ray cluster can hold it any more: needs 1 GPU(s)")
 
 
+def spread_study(tmp_path: Path, startup_s: float = 120) -> tuple[Path, Path]:
+    """A vLLM experiment on Ray whose TP 2 needs both one-GPU nodes, run by the stand-in: it and its python."""
+    model = tmp_path / "model"
+    shutil.copytree(REPO / "tests/data/hf/llama-3.1-8b", model)
+    python = tmp_path / "bin" / "python"  # what the vLLM adapter runs as `python -m vllm.entrypoints...`
+    python.parent.mkdir()
+    python.write_text(f"#!/bin/sh\nexec {sys.executable} {REPO / 'tests/vllm_ray_stand_in.py'} \"$@\"\n")
+    python.chmod(0o755)
+    (tmp_path / "space.yaml").write_text("engine: vllm\nparams:\n  tensor_parallel_size: {type: categorical, "
+                                         "choices: [1, 2]}\n")
+    (tmp_path / "exp.yaml").write_text(
+        f"name: spread\nengine: vllm\nexecutor: ray\nmodel: {{path: {model}, name: m}}\nsearch_space: space.yaml\n"
+        "hardware: {gpus: 2}\nworkload: {num_prompts: 8, input_len: 16, output_len: 8, warmup_requests: 0}\n"
+        f"load: {{max_concurrency: [2]}}\nstudy: {{storage: 'sqlite:///{tmp_path}/s.db'}}\nquality: off\n"
+        f"startup_timeout_s: {startup_s}\n")
+    return tmp_path / "exp.yaml", python
+
+
+def test_a_spread_launch_whose_gpus_another_job_holds_fails_as_gpus_busy_and_is_measured_again(tmp_path,
+                                                                                             gpu_cluster):
+    import ray
+
+    from autotuner.config import load_experiment
+    from autotuner.core.progress import Progress
+    from autotuner.engines._base import get_engine
+    from autotuner.executors import ray as on_ray
+    from autotuner.launchers.process import ProcessLauncher
+
+    exp, python = spread_study(tmp_path, startup_s=6)
+    ray.init(address=gpu_cluster, namespace="autotuner-test", log_to_driver=False, logging_level="WARNING")
+    try:
+        holder = ray.remote(num_gpus=1, num_cpus=0)(type("Holder", (), {"ping": lambda self: 1})).remote()
+        ray.get(holder.ping.remote())  # another job's actor holds one of the two GPUs
+        executor = on_ray.RayTrialExecutor(load_experiment(exp), engine=get_engine("vllm"),
+                                           launcher=ProcessLauncher(tmp_path / "p"), binary=str(python), secrets={})
+        t = time.monotonic()
+        result = executor.run({"tensor_parallel_size": 2}, trial=None, trial_dir=tmp_path / "t",
+                              progress=Progress(1, "output_tok_per_s"), timings={}, label="busy")
+        ray.kill(holder)
+    finally:
+        ray.shutdown()
+    assert result.failure_class == "gpus-busy" and result.transient, result.reason
+    assert "were never free at once in 6 s (free: 1, " in result.reason
+    assert time.monotonic() - t < 60 and not processes_naming("vllm_ray_stand_in.py")  # no engine was started
+
+
 def test_a_config_wider_than_every_node_spreads_its_engine_over_both_and_leaves_nothing(tmp_path, gpu_cluster):
     # Two nodes of one (declared) GPU each; a vLLM config of TP 2 needs both. vLLM's CPU build has no Ray
     # backend, so the engine is a stand-in that joins the cluster and places its workers as vLLM does
@@ -356,20 +402,8 @@ def test_a_config_wider_than_every_node_spreads_its_engine_over_both_and_leaves_
     from autotuner.executors import ray as on_ray
     from autotuner.launchers.process import ProcessLauncher
 
-    model = tmp_path / "model"
-    shutil.copytree(REPO / "tests/data/hf/llama-3.1-8b", model)
-    python = tmp_path / "bin" / "python"  # what the vLLM adapter runs as `python -m vllm.entrypoints...`
-    python.parent.mkdir()
-    python.write_text(f"#!/bin/sh\nexec {sys.executable} {REPO / 'tests/vllm_ray_stand_in.py'} \"$@\"\n")
-    python.chmod(0o755)
-    (tmp_path / "space.yaml").write_text("engine: vllm\nparams:\n  tensor_parallel_size: {type: categorical, "
-                                         "choices: [1, 2]}\n")
-    (tmp_path / "exp.yaml").write_text(
-        f"name: spread\nengine: vllm\nexecutor: ray\nmodel: {{path: {model}, name: m}}\nsearch_space: space.yaml\n"
-        "hardware: {gpus: 2}\nworkload: {num_prompts: 8, input_len: 16, output_len: 8, warmup_requests: 0}\n"
-        f"load: {{max_concurrency: [2]}}\nstudy: {{storage: 'sqlite:///{tmp_path}/s.db'}}\nquality: off\n"
-        "startup_timeout_s: 120\n")
-    exp = load_experiment(tmp_path / "exp.yaml")
+    path, python = spread_study(tmp_path)
+    exp = load_experiment(path)
     ray.init(address=gpu_cluster, namespace="autotuner-test", log_to_driver=False, logging_level="WARNING")
     try:
         executor = on_ray.RayTrialExecutor(exp, engine=get_engine("vllm"), launcher=ProcessLauncher(tmp_path / "p"),
@@ -387,9 +421,13 @@ def test_a_config_wider_than_every_node_spreads_its_engine_over_both_and_leaves_
     assert result.level_metrics[0]["completed"] == 8
     # Both nodes hold a worker; the serving process runs beside the first; the engine joined this cluster.
     placed = re.search(r"serving node (\w+); workers on nodes \['(\w+)', '(\w+)'\]", log)
-    assert placed and placed.group(2) != placed.group(3) and placed.group(1) in placed.group(2, 3), log[-3000:]
+    assert placed and placed.group(2) != placed.group(3), log[-3000:]
+    assert placed.group(1) == result.launch_tags["autotuner.ray_node"]  # the task's node: the most GPUs, CPUs
+    # The serving node's address in the cluster, told to vLLM (its own guess, the default route, may not be it).
+    ip = result.launch_tags["autotuner.ray_node_address"]
+    assert f"VLLM_HOST_IP {ip}\n" in log and f"VLLM_HOST_IP={ip} " in result.command
     port = gpu_cluster.rsplit(":", 1)[1]  # the cluster's GCS, at the address Ray gives it (not loopback)
-    assert re.search(rf"RAY_ADDRESS \S+:{port}\n", log) and "backend ray" in log, log[:500]
+    assert re.search(rf"RAY_ADDRESS \S+:{port},", log) and "backend ray" in log, log[:500]
     assert result.launch_tags["autotuner.ray_spread"].endswith(f":{port}")  # the winner's export spreads it too
     assert "--distributed-executor-backend ray" in result.command and re.search(rf"RAY_ADDRESS=\S+:{port} ",
                                                                                  result.command), result.command

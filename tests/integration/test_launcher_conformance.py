@@ -264,6 +264,25 @@ def test_process_stop_reaches_children_of_the_server(tmp_path):
     assert wait_for(lambda: not alive(child))
 
 
+def test_reap_removes_a_child_that_outlived_its_server_and_tuner(tmp_path):
+    # vLLM forks engine processes that hold the GPUs; the server killed with its tuner leaves one behind.
+    import subprocess
+
+    gone = subprocess.Popen([sys.executable, "-c", "pass"])  # a tuner that was killed
+    gone.wait()
+    launcher = ProcessLauncher(tmp_path / "state", owner=f"{socket.gethostname()}:{gone.pid}:0")
+    code = ("import subprocess, sys, time; p = subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(600)']);"
+            "print('child', p.pid, flush=True); time.sleep(600)")
+    handle = launcher.start(python_spec(code, free_port()), tmp_path / "server.log", LABELS)
+    assert wait_for(lambda: "child" in launcher.logs(handle))
+    child = int(launcher.logs(handle).split()[-1])
+    os.kill(handle.pid, 9)  # the server dies; its child, in its session, lives on
+    handle.info["popen"].wait(5)
+    assert alive(child)
+    assert ProcessLauncher(tmp_path / "state").reap(LABELS) == [str(handle.pid)]
+    assert wait_for(lambda: not alive(child))
+
+
 @pytest.fixture
 def foreign_server() -> Iterator[int]:
     """Another program's HTTP server on a port a launch is then given: its port."""
@@ -306,7 +325,7 @@ def test_a_server_whose_port_was_taken_fails_as_port_taken_with_its_own_words(tm
 
 
 def test_a_server_on_its_own_port_is_its_own(tmp_path):
-    from autotuner.launchers.listeners import listening_inodes, session_listens
+    from autotuner.launchers.procfs import listening_inodes, session_listens
 
     launcher = ProcessLauncher(tmp_path / "state")
     spec = http_server(free_port())

@@ -50,6 +50,22 @@ def test_a_launch_wider_than_every_node_spreads_over_the_fewest_nodes_that_hold_
     why = placement.unplaceable(Need(cpus=1, gpus=24), cluster, None) or ""
     assert "spread over nodes: 24 GPU(s); the cluster has 20" in why
     assert placement.ONE_NODE in (placement.unplaceable(sixteen, cluster) or "")
+    # The serving process needs its CPUs on a GPU node: the one with the most GPUs that has them.
+    small_a = Node(id="s" + "0" * 9, address="10.0.0.9", cpus=0.5, gpus=8)
+    assert placement.spread_nodes(sixteen, [small_a, b, c]) == [c, small_a]
+    busy = [Node(id=f"b{i}" + "0" * 8, address=f"10.0.1.{i}", cpus=0.5, gpus=8) for i in range(3)]
+    assert "no node with GPUs has the 1 CPU(s) its serving process asks" in (placement.unplaceable(sixteen, busy, None) or "")
+
+
+def test_vllm_spreads_a_config_but_not_its_data_parallel_engines():
+    from autotuner.engines._base import get_engine
+
+    vllm = get_engine("vllm")
+    assert vllm.spread_problem({"parallel_layout": "TP8xPP2"}) is None
+    assert "data_parallel_size 2" in (vllm.spread_problem({"parallel_layout": "TP8xDP2"}) or "")
+    assert "data_parallel_size 2" in (vllm.spread_problem({}, ["--data-parallel-size", "2"]) or "")
+    assert vllm.classify_failure("ValueError: Current node has no GPU available. current_node_resource={}")[0] == \
+        "gpus-busy"
 
 
 def test_only_vllm_as_processes_spreads_over_nodes():
@@ -236,6 +252,7 @@ def test_a_winner_that_ran_spread_over_nodes_is_exported_as_it_ran_and_never_as_
     assert "--distributed-executor-backend ray" in text("args", spread)
     assert "RAY_ADDRESS=10.0.0.1:6379" in text("args", spread)
     assert "RAY_ADDRESS" not in text("args", {}) and "--distributed-executor-backend" not in text("args", {})
-    for fmt in ("k8s", "helm-values"):
-        with pytest.raises(ExportError, match="spread over the nodes of a Ray cluster, which one pod cannot hold"):
+    for fmt, holder in (("docker", "one container"), ("k8s", "one pod"), ("helm-values", "one pod")):
+        with pytest.raises(ExportError, match=f"spread over the nodes of a Ray cluster, which {holder} cannot hold"):
             text(fmt, spread)
+    assert "docker run" in text("docker", {})
