@@ -398,11 +398,8 @@ def run_on_node(job: TrialJob) -> NodeOutcome:
         pool = Leases(Pool.of_gpus(gpu_ids), directory=workdir / "leases") if gpu_ids else None
         engine = get_engine(cfg.engine, exp.space.env_params)
         if job.spread:
-            if busy := _await_free_gpus(job.spread, here.id, cfg.startup_timeout_s, progress):
-                return TrialResult("FAIL", failure_class="gpus-busy", transient=True, reason=busy), {}, here, {}
-            exp = placement.spread_launch(exp, engine, context.gcs_address, here.address)
-            progress.note(f"    spread over nodes: {engine.name} places its GPU workers on the cluster at "
-                          f"{context.gcs_address} by a placement group of its own")
+            node_ip = here.address if here.address != "?" else None
+            exp = placement.spread_launch(exp, engine, context.gcs_address, node_ip)
         if cfg.kernels is not None:  # the kernels the stage tuned on this node, for its GPU
             exp = kernel_stage.for_node(exp, engine, gpu_ids, job.kernel_keys.get(here.id))
         launcher = make_launcher(exp, progress=progress.note)
@@ -412,6 +409,11 @@ def run_on_node(job: TrialJob) -> NodeOutcome:
         # child of the task): removed here. One whose owning task still runs is another trial's, and stays.
         if reaped := launcher.reap(executor.labels):
             progress.note(f"    removed {len(reaped)} engine(s) of this study left on this node by a lost task")
+        if job.spread:
+            if busy := _await_free_gpus(job.spread, here.id, cfg.startup_timeout_s, progress):
+                return TrialResult("FAIL", failure_class="gpus-busy", transient=True, reason=busy), {}, here, {}
+            progress.note(f"    spread over nodes: {engine.name} places its GPU workers on the cluster at "
+                          f"{context.gcs_address} by a placement group of its own")
         study = open_study(cfg, n_levels=cfg.load.max_steps)
         executor.traffic.load = lambda: study.user_attrs.get(record.TRAFFIC)
         executor.traffic.save = lambda state: keep_state(study, cfg.study.storage, state)
