@@ -27,7 +27,7 @@ from tests.support import everything_required
 
 REPO = Path(__file__).resolve().parents[2]
 ARTIFACTS = REPO / "ci-artifacts"
-NUM_PROMPTS = 16  # levels of a few seconds at least (~6 s here): several sampler periods
+NUM_PROMPTS = 32  # levels of 2 s or more even on a fast machine (16 took 0.95 s on one): several sampler periods
 OUTPUT_LEN = 256  # long enough that a level spans a few of the /metrics sampler's periods
 LEVELS = [2, 8]
 
@@ -129,7 +129,12 @@ def test_mlflow_store_holds_the_run_tree_params_metrics_steps_tags_and_artifacts
         assert key in good.data.metrics
     levels = client.get_metric_history(good.info.run_id, "level/output_tok_per_s")
     steps = {m.step: m.value for m in levels}
-    assert set(steps) == {0, 1} and good.data.metrics["output_tok_per_s"] == pytest.approx(max(steps.values()))
+    # The value is the best level that counts: one the load generator limited (its loop woke late on a busy
+    # machine) is charted but not scored (bench/metrics.py: client_limited).
+    limited = {m.step: m.value for m in client.get_metric_history(good.info.run_id, "level/client_limited")}
+    counted = [v for step, v in steps.items() if not limited.get(step)]
+    assert set(steps) == {0, 1} and counted, limited
+    assert good.data.metrics["output_tok_per_s"] == pytest.approx(max(counted))
     concurrency = {m.step: m.value for m in client.get_metric_history(good.info.run_id, "level/max_concurrency")}
     assert concurrency == {0: LEVELS[0], 1: LEVELS[1]}
     assert "level/server_requests_running_max" in good.data.metrics or "level/server_samples" in good.data.metrics
