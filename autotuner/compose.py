@@ -176,14 +176,14 @@ def make_tuner(exp: Experiment, tracking_uri: str | None, results: Path, *, say:
 def check_cluster(driver: StudyDriver, say: Say) -> None:
     """Before the first trial on a Ray cluster: every node reaches the study, the model and the engine, and
     some node holds the defaults' launch (ConfigError, exit 2, naming each node's problem)."""
-    from autotuner.executors import placement
+    from autotuner.executors import placement, ray_nodes
     from autotuner.executors import ray as on_ray
 
     executor = cast("on_ray.RayTrialExecutor", driver.executor)
     want = executor.need_of({})
     if why := placement.unplaceable(want, executor.nodes, executor.spread_refused):
         raise ConfigError(f"{driver.exp.source}: the Ray cluster cannot run the engine's defaults: {why}")
-    if problems := on_ray.check_nodes(driver.exp, driver.binary):
+    if problems := ray_nodes.check_nodes(driver.exp, driver.binary):
         raise ConfigError("the Ray cluster cannot run this study's trials:\n  " + "\n  ".join(problems))
     if driver.cfg.hardware.gpus > 0:
         check_cluster_gpus(driver, say)
@@ -197,13 +197,14 @@ def check_cluster_gpus(driver: StudyDriver, say: Say) -> None:
     """The GPU preflight on each node that declares GPUs, side by side, each holding all of its node's GPUs:
     a node whose GPUs fail (a driver, CUDA or fabric fault) stops the study here, named with the fix."""
     from autotuner.executors import ray as on_ray
+    from autotuner.executors import ray_nodes
     from autotuner.node.gpu_preflight import failure_text
     from autotuner.stages import gpu_check
 
     exp = on_ray.on_cluster(driver.exp)
     say(f"GPU preflight on each node with GPUs ({gpu_check.where(exp).replace('this host', 'the node')}) ...")
     failures = []
-    for run in on_ray.on_each_node(gpu_check.on_node, exp, driver.binary, with_gpus=True,
+    for run in ray_nodes.on_each_node(gpu_check.on_node, exp, driver.binary, with_gpus=True,
                                    timeout_s=GPU_CHECK_TIMEOUT_S):
         at = f"node {run.node.describe()}"
         if run.timed_out:  # its GPUs held by another job, or its image still pulling: not a fault of its own
@@ -227,12 +228,13 @@ def tune_cluster_kernels(driver: StudyDriver, say: Say) -> None:
     """The kernel stage on each node that declares GPUs, side by side, each for its own GPU into its own
     kernel cache (a shared cache: each job tuned once); a node's trials read the cache of their node."""
     from autotuner.executors import ray as on_ray
+    from autotuner.executors import ray_nodes
     from autotuner.stages import kernel_stage
 
     executor = cast("on_ray.RayTrialExecutor", driver.executor)
     timeout_s = KERNEL_STAGE_TIMEOUT_S
     say(f"kernels: the kernel stage on each node with GPUs, side by side (at most {timeout_s / 3600:g} h) ...")
-    runs = on_ray.on_each_node(kernel_stage.on_node, on_ray.on_cluster(driver.exp), with_gpus=True,
+    runs = ray_nodes.on_each_node(kernel_stage.on_node, on_ray.on_cluster(driver.exp), with_gpus=True,
                                timeout_s=timeout_s, on_line=lambda node, line: say(f"  node {node.describe()}: {line}"))
     for run in runs:
         if run.error is not None:

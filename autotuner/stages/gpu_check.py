@@ -3,7 +3,7 @@ its image through the Docker launcher, else on the host with the python beside i
 the first trial. A fault stops the study there (ConfigError, exit 2); what the probes saw is said.
 
 On a Ray cluster the same check runs on each node that declares GPUs, holding all of them
-(`executors/ray.py: on_each_node`), so a node with a broken driver stops the study before its first trial
+(`executors/ray_nodes.py: on_each_node`), so a node with a broken driver stops the study before its first trial
 instead of failing every trial Ray sends there.
 """
 

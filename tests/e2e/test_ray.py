@@ -278,7 +278,6 @@ def test_the_kernel_stage_runs_on_each_gpu_node_and_tunes_each_job_once_into_a_s
     import ray
 
     from autotuner.engines._base import get_engine
-    from autotuner.executors import ray as on_ray
     from autotuner.stages import kernel_stage, kernels
     from tests.unit.test_kernels_stage import (
         GLM5,
@@ -296,7 +295,9 @@ def test_the_kernel_stage_runs_on_each_gpu_node_and_tunes_each_job_once_into_a_s
     ray.init(address=gpu_cluster, namespace="autotuner-test", log_to_driver=False, logging_level="WARNING")
     try:
         said: list[tuple[str, str]] = []  # each line as the node said it, through the driver's queue
-        runs = on_ray.on_each_node(kernel_stage.on_node, exp, with_gpus=True, timeout_s=300,
+        from autotuner.executors import ray_nodes
+
+        runs = ray_nodes.on_each_node(kernel_stage.on_node, exp, with_gpus=True, timeout_s=300,
                                    on_line=lambda node, line: said.append((node.id, line)))
     finally:
         ray.shutdown()
