@@ -34,8 +34,9 @@ def listening_inodes(port: int, proc: Path = Path("/proc")) -> set[int] | None:
 
 
 def session_members(session: int, proc: Path = Path("/proc")) -> list[int] | None:
-    """The pids of the live processes of `session`; None where /proc cannot tell."""
-    if not (proc / "self" / "stat").exists():
+    """The pids of the live processes of `session`; None where /proc cannot tell: another platform, or
+    session 0, which is how a session whose leader lies outside this pid namespace reads (a container's)."""
+    if session <= 0 or not (proc / "self" / "stat").exists():
         return None
     members = []
     for entry in proc.iterdir():
