@@ -511,7 +511,8 @@ def best(
                             help="args (the command as the study launched it: the engine's, or `docker run` for "
                                  "launcher docker), docker (`docker run` line), config (the engine's own config "
                                  "file), yaml, env (environment variables the engine reads), k8s (a Kubernetes "
-                                 "Deployment and Service of the same container), or helm-values (vLLM: values for "
+                                 "Deployment and Service of the same container; a LeaderWorkerSet, a pod a node, for "
+                                 "a winner spread over a Ray cluster's nodes), or helm-values (vLLM: values for "
                                  "the vLLM production stack's chart)."),
     image: str | None = typer.Option(None, "--image", help="Image for --format docker, k8s or helm-values "
                                         "(default: the study's, else the engine's)."),

@@ -99,15 +99,18 @@ def spread_refused(engine: Any, cfg: Any) -> str | None:
 
 
 SPREAD_TAG = "autotuner.ray_spread"  # a launch spread over nodes: the cluster it joined (its MLflow run too)
+SPREAD_GPUS_TAG = "autotuner.ray_spread_gpus"  # ... the GPUs it spread
+SPREAD_NODE_GPUS_TAG = "autotuner.ray_spread_node_gpus"  # ... and the serving node's: a deployment's pod size
 
 
-def spread_launch(exp: Experiment, engine: Any, address: str, node_ip: str | None = None) -> Experiment:
+def spread_launch(exp: Experiment, engine: Any, address: str | None, node_ip: str | None = None) -> Experiment:
     """`exp` as a launch spread over the nodes of the Ray cluster at `address` runs: the engine's arguments
-    for it, the cluster it joins (RAY_ADDRESS, in every written-down command: it runs on a node) and, where
+    for it, the cluster it joins (RAY_ADDRESS, in every written-down command: it runs on a node; none: the
+    cluster of the node it runs on, as in a deployment that starts its own) and, where
     known, the serving node's address in the cluster (a node with several networks: the engine's own guess,
     its default route, may not be the address Ray knows the node by, and its workers would never be placed)."""
     cfg = exp.config
-    env = {**cfg.env, "RAY_ADDRESS": address}
+    env = {**cfg.env, **({"RAY_ADDRESS": address} if address else {})}
     if node_ip and engine.spread_ip_env:
         env[engine.spread_ip_env] = node_ip
     update = {"engine_args": [*cfg.engine_args, *engine.spread_args], "env": env}

@@ -424,7 +424,9 @@ def run_on_node(job: TrialJob) -> NodeOutcome:
                               timings=timings, label=job.label, gate=job.gate, measure_levels=job.measure_levels)
         result.launch_tags.update(kernel_stage.key_tags(exp))  # the winner's command reads the same kernels
         if job.spread:  # and is spread as this launch was
-            result.launch_tags[placement.SPREAD_TAG] = context.gcs_address
+            result.launch_tags |= {placement.SPREAD_TAG: context.gcs_address,
+                                   placement.SPREAD_GPUS_TAG: str(job.spread),
+                                   **({placement.SPREAD_NODE_GPUS_TAG: str(int(here.gpus))} if here.gpus else {})}
         return result, _files(trial_dir), here, timings
     finally:
         shutil.rmtree(workdir, ignore_errors=True)

@@ -34,6 +34,35 @@ def manifests(c: Any, *, name: str, gpus: int, startup_timeout_s: float,
     (core.launch.InContainer) under the DNS name made from `name`."""
     app = dns_name(name)
     labels = {"app.kubernetes.io/name": app, "app.kubernetes.io/managed-by": "autotuner"}
+    container, volumes = engine_container(c, app, gpus, startup_timeout_s)
+    deployment = {
+        "apiVersion": "apps/v1", "kind": "Deployment",
+        "metadata": {"name": app, "labels": labels, **({"annotations": dict(annotations)} if annotations else {})},
+        "spec": {
+            "replicas": 1,
+            # One pod holds the node's GPUs: a rolling update's second pod would wait for them forever.
+            "strategy": {"type": "Recreate"},
+            "selector": {"matchLabels": {"app.kubernetes.io/name": app}},
+            "template": {"metadata": {"labels": labels},
+                         "spec": {"containers": [container], "volumes": volumes,
+                                  "terminationGracePeriodSeconds": c.settings.stop_timeout_s}},
+        },
+    }
+    service = front(app, labels, {"app.kubernetes.io/name": app}, c.spec.port)
+    for doc in (deployment, service):
+        check(doc)
+    head = (f"# {app}: the winner as a Deployment and a Service (kubectl apply -f FILE).\n"
+            "# The model volume is a hostPath at the folder the study read: on a cluster, point it at your\n"
+            "# PersistentVolumeClaim; the engine's image must be one your nodes can pull.\n")
+    if any("valueFrom" in e for e in container.get("env", ())):
+        head += f"# Secrets come from the Secret {app}-secrets, one key per variable (never written here).\n"
+    return head + dump([deployment, service])
+
+
+def engine_container(c: Any, app: str, gpus: int, startup_timeout_s: float) -> tuple[dict[str, Any], list[dict]]:
+    """The engine's container for the launch `c` and the pod's volumes it mounts: its command, environment,
+    GPUs, memory, model volume, memory-backed /dev/shm and probes on its health endpoint (the startup
+    probe allows `startup_timeout_s` for loading the weights)."""
     spec, settings = c.spec, c.settings
     env = env_vars(c, app)
     volumes, mounts = model_volumes(c)
@@ -60,33 +89,18 @@ def manifests(c: Any, *, name: str, gpus: int, startup_timeout_s: float,
         "livenessProbe": {**probe, "failureThreshold": 6},
         **({"workingDir": spec.workdir} if spec.workdir else {}),
     }
-    deployment = {
-        "apiVersion": "apps/v1", "kind": "Deployment",
-        "metadata": {"name": app, "labels": labels, **({"annotations": dict(annotations)} if annotations else {})},
-        "spec": {
-            "replicas": 1,
-            # One pod holds the node's GPUs: a rolling update's second pod would wait for them forever.
-            "strategy": {"type": "Recreate"},
-            "selector": {"matchLabels": {"app.kubernetes.io/name": app}},
-            "template": {"metadata": {"labels": labels},
-                         "spec": {"containers": [container], "volumes": volumes,
-                                  "terminationGracePeriodSeconds": settings.stop_timeout_s}},
-        },
-    }
-    service = {
-        "apiVersion": "v1", "kind": "Service",
-        "metadata": {"name": app, "labels": labels},
-        "spec": {"selector": {"app.kubernetes.io/name": app},
-                 "ports": [{"name": "http", "port": spec.port, "targetPort": "http", "protocol": "TCP"}]},
-    }
-    for doc in (deployment, service):
-        _check(doc)
-    head = (f"# {app}: the winner as a Deployment and a Service (kubectl apply -f FILE).\n"
-            "# The model volume is a hostPath at the folder the study read: on a cluster, point it at your\n"
-            "# PersistentVolumeClaim; the engine's image must be one your nodes can pull.\n")
-    if any("valueFrom" in e for e in env):
-        head += f"# Secrets come from the Secret {app}-secrets, one key per variable (never written here).\n"
-    return head + yaml.dump_all([deployment, service], Dumper=_Plain, sort_keys=False)
+    return container, volumes
+
+
+def front(app: str, labels: Mapping[str, str], selector: Mapping[str, str], port: int) -> dict[str, Any]:
+    """The Service in front of the pods `selector` picks, on the engine's port."""
+    return {"apiVersion": "v1", "kind": "Service", "metadata": {"name": app, "labels": dict(labels)},
+            "spec": {"selector": dict(selector),
+                     "ports": [{"name": "http", "port": port, "targetPort": "http", "protocol": "TCP"}]}}
+
+
+def dump(docs: list[dict[str, Any]]) -> str:
+    return yaml.dump_all(docs, Dumper=_Plain, sort_keys=False)
 
 
 class _Plain(yaml.SafeDumper):
@@ -96,7 +110,7 @@ class _Plain(yaml.SafeDumper):
         return True
 
 
-def _check(doc: dict[str, Any]) -> None:
+def check(doc: dict[str, Any]) -> None:
     """The API's schema, strict (no field it does not know), where kubernetes-validate is installed."""
     try:
         import kubernetes_validate

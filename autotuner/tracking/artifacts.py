@@ -85,13 +85,15 @@ def winner_text(fmt: str, engine: Engine, exp: Experiment, row: report.TrialRow,
                 version: str, image: str | None = None) -> str:
     """A trial (the best) in one of export.FORMATS, built as its trials were launched (autotuner.core.launch)."""
     exp = kernel_stage.as_launched(exp, row.launch_tags)  # a Ray node's kernels, where the node chose the key
+    if placement.SPREAD_TAG in row.launch_tags:
+        if fmt in ("docker", "helm-values"):
+            holder = "one container" if fmt == "docker" else "the chart's one pod per engine"
+            raise export.ExportError(f"--format {fmt}: the winner ran spread over the nodes of a Ray cluster, "
+                                     f"which {holder} cannot hold; --format k8s writes it as a LeaderWorkerSet "
+                                     "(a pod a node), --format args gives its command for a node of that cluster")
+        if fmt == "k8s":
+            return _k8s(engine, placement.spread_launch(exp, engine, None), row, image, version, fmt)
     exp = placement.as_launched(exp, engine, row.launch_tags)  # spread over a Ray cluster's nodes, where it was
-    if fmt in ("docker", "k8s", "helm-values") and placement.SPREAD_TAG in row.launch_tags:
-        holder = "one container" if fmt == "docker" else "one pod"
-        raise export.ExportError(f"--format {fmt}: the winner ran spread over the nodes of a Ray cluster, which "
-                                 f"{holder} cannot hold (its workers are the cluster's; a multi-node deployment, "
-                                 "e.g. a LeaderWorkerSet, is not written); --format args gives its command for a "
-                                 "node of that cluster")
     if fmt in ("k8s", "helm-values"):
         return _k8s(engine, exp, row, image, version, fmt)
     winner = launch.planned(exp, engine, row.params, port=launch.EXPORT_PORT, binary=binary,
@@ -122,6 +124,17 @@ def _k8s(engine: Engine, exp: Experiment, row: report.TrialRow, image: str | Non
                    f"autotuner/{metric}": f"{row.value:.1f}"}
     if fmt == "helm-values":
         return helm_values.values(c, name=exp.config.study_name, gpus=gpus, annotations=annotations)
+    if placement.SPREAD_TAG in row.launch_tags:  # a pod for each node it spread over
+        from autotuner.report import leader_workers
+
+        tags = row.launch_tags
+        if placement.SPREAD_NODE_GPUS_TAG not in tags or placement.SPREAD_GPUS_TAG not in tags:
+            raise export.ExportError(f"--format {fmt}: the winner ran spread over the nodes of a Ray cluster and "
+                                     "its trial did not record their GPUs (a pod's size)")
+        return leader_workers.manifests(c, name=exp.config.study_name, gpus=int(tags[placement.SPREAD_GPUS_TAG]),
+                                        gpus_per_pod=int(tags[placement.SPREAD_NODE_GPUS_TAG]),
+                                        startup_timeout_s=exp.config.startup_timeout_s,
+                                        ip_env=engine.spread_ip_env or "VLLM_HOST_IP", annotations=annotations)
     return kubernetes.manifests(c, name=exp.config.study_name, gpus=gpus,
                                 startup_timeout_s=exp.config.startup_timeout_s, annotations=annotations)
 

@@ -430,6 +430,9 @@ def test_a_config_wider_than_every_node_spreads_its_engine_over_both_and_leaves_
     port = gpu_cluster.rsplit(":", 1)[1]  # the cluster's GCS, at the address Ray gives it (not loopback)
     assert re.search(rf"RAY_ADDRESS \S+:{port},", log) and "backend ray" in log, log[:500]
     assert result.launch_tags["autotuner.ray_spread"].endswith(f":{port}")  # the winner's export spreads it too
+    # ... and its Kubernetes export is a pod for each node, of the serving node's GPUs.
+    assert (result.launch_tags["autotuner.ray_spread_gpus"], result.launch_tags["autotuner.ray_spread_node_gpus"]) \
+        == ("2", "1")
     assert "--distributed-executor-backend ray" in result.command and re.search(rf"RAY_ADDRESS=\S+:{port} ",
                                                                                  result.command), result.command
     assert groups and set(groups) == {"REMOVED"}, groups  # nothing of the engine holds the GPUs after it

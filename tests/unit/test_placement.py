@@ -6,6 +6,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+import yaml
 
 from autotuner.executors import placement
 from autotuner.executors.placement import Need, Node
@@ -235,7 +236,7 @@ def test_a_study_whose_configs_may_spread_over_nodes_runs_one_trial_at_a_time():
     assert ray_workers(driver(16, None, told=4), 100) == (4, "")  # type: ignore[arg-type]  # as told
 
 
-def test_a_winner_that_ran_spread_over_nodes_is_exported_as_it_ran_and_never_as_one_pod():
+def test_a_winner_that_ran_spread_over_nodes_is_exported_as_it_ran_a_pod_a_node_and_never_as_one_pod():
     from autotuner.config import load_experiment
     from autotuner.engines._base import get_engine
     from autotuner.report.export import ExportError
@@ -248,11 +249,21 @@ def test_a_winner_that_ran_spread_over_nodes_is_exported_as_it_ran_and_never_as_
         row = TrialRow(number=3, value=1.0, params={}, baseline=False, metrics={}, launch_tags=tags)
         return winner_text(fmt, vllm, exp, row, None, "0.32.0")
 
-    spread = {placement.SPREAD_TAG: "10.0.0.1:6379"}
+    spread = {placement.SPREAD_TAG: "10.0.0.1:6379", placement.SPREAD_GPUS_TAG: "16",
+              placement.SPREAD_NODE_GPUS_TAG: "8"}
     assert "--distributed-executor-backend ray" in text("args", spread)
     assert "RAY_ADDRESS=10.0.0.1:6379" in text("args", spread)
     assert "RAY_ADDRESS" not in text("args", {}) and "--distributed-executor-backend" not in text("args", {})
-    for fmt, holder in (("docker", "one container"), ("k8s", "one pod"), ("helm-values", "one pod")):
+    for fmt, holder in (("docker", "one container"), ("helm-values", "the chart's one pod per engine")):
         with pytest.raises(ExportError, match=f"spread over the nodes of a Ray cluster, which {holder} cannot hold"):
             text(fmt, spread)
     assert "docker run" in text("docker", {})
+    # k8s: a pod for each node, each with the serving node's GPUs; the group starts its own Ray cluster.
+    group, service = yaml.safe_load_all(text("k8s", spread))
+    assert group["kind"] == "LeaderWorkerSet" and group["spec"]["leaderWorkerTemplate"]["size"] == 2
+    leader = group["spec"]["leaderWorkerTemplate"]["leaderTemplate"]["spec"]["containers"][0]
+    assert leader["resources"]["limits"]["nvidia.com/gpu"] == "8"
+    assert "--distributed-executor-backend ray" in leader["args"][0] and "10.0.0.1" not in yaml.safe_dump(group)
+    assert service["spec"]["selector"]["app.kubernetes.io/component"] == "leader"
+    with pytest.raises(ExportError, match="did not record their GPUs"):
+        text("k8s", {placement.SPREAD_TAG: "10.0.0.1:6379"})
