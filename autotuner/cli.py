@@ -124,8 +124,12 @@ def run(
         pool = None if on_ray else compose.worker_pool(exp, parallel, gpus)
         tuner = compose.make_tuner(exp, tracking_uri, results, say=_say, pool=pool, worker=worker, advice=advice,
                                    ask=_ask, quiet=not verbose)
-        if on_ray and worker is None and parallel == 1:  # as many trials in flight as the cluster holds
-            parallel, why = compose.ray_workers(tuner, trials)
+        if on_ray and worker is None:  # as many trials in flight as the cluster holds, or as told
+            at_once, why = compose.ray_workers(tuner, trials)
+            if parallel == 1:
+                parallel = at_once
+            elif at_once != parallel:
+                why = f", as --parallel says (it would run {at_once}{why or ''})"
             _say(f"{parallel} trial(s) at once on the Ray cluster{why}")
     except ConfigError as e:
         _fail(str(e))
