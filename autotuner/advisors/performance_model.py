@@ -205,8 +205,7 @@ def performance_model(exp: Any, engine: Any, engine_version: str | None, host_gp
     rules and the values a launch gets (engine_args applied) are the ones the tuner checks."""
     facts, space = feasibility_context(exp), SearchSpace(exp.space)
     version = engine_version if engine_version and engine_version != "unknown" else None
-    unpack = getattr(engine, "effective", None)  # vLLM's: the parallel layout and engine_args applied
     return PerformanceModel(
         target_of(exp, version, host_gpu_names), estimator=estimator,
-        effective=lambda p: unpack(p, exp.config.engine_args) if unpack else dict(p),
+        effective=lambda p: engine.effective(p, exp.config.engine_args),
         infeasible=lambda p: space.broken_constraints(p) + engine.infeasible(p, facts))

@@ -250,6 +250,17 @@ class Engine:
         cache (engines key their entries by config and code hash, so configs share the folder safely)."""
         return dict(self.caches)
 
+    def effective(self, params: Mapping[str, Any], engine_args: Sequence[str] = (),
+                  env: Mapping[str, str] | None = None) -> dict[str, Any]:
+        """The values a launch gets for each known param: its params as the engine reads them (`expanded`),
+        then those the experiment fixes outside its space, in its `env` and then its `engine_args` (they
+        come after params in argv, and the later flag wins in each engine's parser)."""
+        return {**self.expanded(params), **fixed_values(self.flags, engine_args, env or {})}
+
+    def expanded(self, params: Mapping[str, Any]) -> dict[str, Any]:
+        """`params` with a param that stands for several (vLLM's parallel_layout) as the ones it sets."""
+        return dict(params)
+
     def defaults(self) -> dict[str, Any]:
         """The engine's own default per param, where the adapter knows it."""
         return {name: flag.default for name, flag in self.flags.items() if flag.default is not None}

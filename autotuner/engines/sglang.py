@@ -24,7 +24,6 @@ from autotuner.engines._base import (
     Flag,
     LaunchContext,
     LaunchSpec,
-    parse_fixed_args,
     register,
 )
 from autotuner.engines.nccl import NCCL_ENV_PARAMS
@@ -152,11 +151,6 @@ class SglangEngine(Engine):
     def parse_version(self, output: str) -> str:
         m = re.search(r"^sglang (\S+)$", output, re.M)
         return m.group(1) if m else super().parse_version(output)
-
-    def effective(self, params: Mapping[str, Any], engine_args: Sequence[str] = ()) -> dict[str, Any]:
-        """The values a launch gets for each known param: params, then the experiment's fixed engine_args
-        (they come after params in argv, and the later flag wins in SGLang's parser)."""
-        return {**params, **parse_fixed_args(FLAGS, engine_args)}
 
     def gpus_needed(self, params: Mapping[str, Any], engine_args: Sequence[str] = ()) -> int:
         p = self.effective(params, engine_args)

@@ -25,7 +25,6 @@ from autotuner.engines._base import (
     JsonFlag,
     LaunchContext,
     LaunchSpec,
-    parse_fixed_args,
     register,
 )
 from autotuner.engines.nccl import NCCL_ENV_PARAMS
@@ -238,7 +237,7 @@ class VllmEngine(Engine):
 
     def spread_problem(self, params: Mapping[str, Any], engine_args: Sequence[str] = ()) -> str | None:
         # Each data-parallel engine core would place its own workers, all wanting a GPU beside the server.
-        dp = int(self.effective(params, tuple(engine_args)).get("data_parallel_size", 1))
+        dp = int(self.effective(params, engine_args).get("data_parallel_size", 1))
         return (f"data_parallel_size {dp} spread over nodes: each DP engine would need a GPU of the serving "
                 "node; not placed (keep DP within a node)") if dp > 1 else None
 
@@ -256,16 +255,13 @@ class VllmEngine(Engine):
         return weights + int(float(params.get("cpu_kvcache_space_gb") or 0) * 2**30)
 
     def gpus_needed(self, params: Mapping[str, Any], engine_args: Sequence[str] = ()) -> int:
-        p = self.effective(params, tuple(engine_args))
+        p = self.effective(params, engine_args)
         return prod(int(p.get(k, 1)) for k in _SIZES)
 
-    def effective(self, params: Mapping[str, Any], engine_args: list[str] | tuple[str, ...] = ()) -> dict[str, Any]:
-        """The values a launch gets for each known param: the experiment's fixed engine_args, then params
-        (later arguments win in vLLM's parser, and params come before engine_args in argv)."""
+    def expanded(self, params: Mapping[str, Any]) -> dict[str, Any]:
         values = dict(params)
         if "parallel_layout" in values:
             values.update(parse_layout(values["parallel_layout"]))
-        values.update(parse_fixed_args(FLAGS, engine_args))
         return values
 
     def infeasible(self, params: Mapping[str, Any], context: Mapping[str, Any]) -> list[str]:

@@ -16,7 +16,6 @@ from dataclasses import dataclass
 from typing import Any
 
 from autotuner.config import Experiment
-from autotuner.engines._base import fixed_values
 
 GIB = 2**30
 
@@ -76,7 +75,7 @@ def config_need(engine: Any, cfg: Any, params: dict[str, Any], nodes: Sequence[N
     memory = 0
     if footprint and not on_gpus:  # the values fixed outside the space count too: they win at launch
         env = {**cfg.env, **(cfg.docker.env if cfg.docker else {})}
-        memory = engine.host_memory_needed({**params, **fixed_values(engine.flags, cfg.engine_args, env)}, *footprint)
+        memory = engine.host_memory_needed(engine.effective(params, cfg.engine_args, env), *footprint)
     return need(gpus, engine.cpus_needed(params), nodes, on_gpus=on_gpus, memory=memory)
 
 

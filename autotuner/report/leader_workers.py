@@ -25,6 +25,9 @@ from autotuner.report.kubernetes import check, dns_name, dump, engine_container,
 RAY_PORT = 6379  # the leader's Ray head (GCS); pods of a group reach each other by the leader's address
 LWS_API = "leaderworkerset.x-k8s.io/v1"
 POLL_S = 5
+# The leader's startup probe waits for the group too: scheduling its other pods, pulling their image and
+# their joining Ray come before the weights load. Past it the leader restarts, and with it the group.
+GROUP_WAIT_S = 600
 
 
 def manifests(c: Any, *, name: str, gpus: int, gpus_per_pod: int, startup_timeout_s: float,
@@ -35,18 +38,19 @@ def manifests(c: Any, *, name: str, gpus: int, gpus_per_pod: int, startup_timeou
     app = dns_name(name)
     size = max(1, math.ceil(gpus / gpus_per_pod))
     labels = {"app.kubernetes.io/name": app, "app.kubernetes.io/managed-by": "autotuner"}
-    leader, volumes = engine_container(c, app, gpus_per_pod, startup_timeout_s)
+    leader, volumes = engine_container(c, app, gpus_per_pod, startup_timeout_s + GROUP_WAIT_S)
     own_ip = {"name": ip_env, "valueFrom": {"fieldRef": {"fieldPath": "status.podIP"}}}
     env = [e for e in leader.get("env", []) if e["name"] != ip_env] + [own_ip]
     # The group size comes from LWS itself (LWS_GROUP_SIZE), the leader's address too (LWS_LEADER_ADDRESS).
     serve = shlex.join(c.spec.argv)
     leader |= {"name": "leader", "command": ["sh", "-c"], "env": env, "args": [
-        f"ray start --head --port={RAY_PORT} --disable-usage-stats && "
+        f"ray start --head --port={RAY_PORT} --node-ip-address=\"${ip_env}\" --disable-usage-stats && "
         f"until [ \"$(python3 -c '{_LIVE_NODES}')\" -ge \"$LWS_GROUP_SIZE\" ]; do sleep {POLL_S}; done && "
         f"exec {serve}"]}
     worker = {k: v for k, v in leader.items() if not k.endswith("Probe") and k not in ("ports", "workingDir")}
     worker |= {"name": "worker", "args": [
-        f"until ray start --address=\"$LWS_LEADER_ADDRESS:{RAY_PORT}\" --disable-usage-stats --block; "
+        f"until ray start --address=\"$LWS_LEADER_ADDRESS:{RAY_PORT}\" --node-ip-address=\"${ip_env}\" "
+        "--disable-usage-stats --block; "
         f"do sleep {POLL_S}; done"]}
 
     def template(role: str, container: dict[str, Any]) -> dict[str, Any]:
@@ -63,14 +67,17 @@ def manifests(c: Any, *, name: str, gpus: int, gpus_per_pod: int, startup_timeou
     }
     for t in templates.values():
         check({"apiVersion": "v1", "kind": "PodTemplate", "metadata": {"name": app}, "template": t})
-    service = front(app, labels, {"app.kubernetes.io/name": app, "app.kubernetes.io/component": "leader"},
-                    c.spec.port)
+    # Not the group's name: LWS names its own headless Service so (the pods' addresses, LWS_LEADER_ADDRESS).
+    service = front(dns_name(f"{app[:56]}-leader"), labels,
+                    {"app.kubernetes.io/name": app, "app.kubernetes.io/component": "leader"}, c.spec.port)
     check(service)
     head = (f"# {app}: the winner, spread over {size} pods of {gpus_per_pod} GPU(s) as its trial was over the\n"
-            f"# nodes of a Ray cluster, as a LeaderWorkerSet and a Service on its leader (kubectl apply -f FILE;\n"
-            "# the LeaderWorkerSet controller must be installed: https://lws.sigs.k8s.io). The image needs Ray\n"
-            "# (vLLM's has it). The model volume is a hostPath at the folder the study read, on every node: on a\n"
-            "# cluster, point it at your PersistentVolumeClaim.\n")
+            f"# nodes of a Ray cluster, as a LeaderWorkerSet and a Service on its leader, {service['metadata']['name']}"
+            "\n"
+            "# (kubectl apply -f FILE; the LeaderWorkerSet controller must be installed: https://lws.sigs.k8s.io).\n"
+            "# The image needs Ray (vLLM's has it). The model volume is a hostPath at the folder the study read,\n"
+            "# on every node: on a cluster, point it at your PersistentVolumeClaim. The pods talk over the pod\n"
+            "# network unless yours gives them the nodes' fast interconnect (the trial's ran on its cluster's).\n")
     if any("valueFrom" in e and "secretKeyRef" in e["valueFrom"] for e in env):
         head += f"# Secrets come from the Secret {app}-secrets, one key per variable (never written here).\n"
     return head + dump([group, service])

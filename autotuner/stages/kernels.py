@@ -147,11 +147,11 @@ def version_from_image(image: str) -> str | None:
 def shape(engine: Engine, params: Mapping[str, Any], engine_args: tuple[str, ...] = ()) -> Shape:
     """The MoE shard a config launches (vLLM: FusedMoEParallelConfig.make; SGLang: --tp-size, --ep-size)."""
     if engine.name == "vllm":
-        p = engine.effective(params, engine_args)  # type: ignore[attr-defined]  # VllmEngine's
+        p = engine.effective(params, engine_args)
         ranks = int(p.get("tensor_parallel_size", 1)) * int(p.get("data_parallel_size", 1))
         ep = ranks if p.get("enable_expert_parallel") and ranks > 1 else 1
         return Shape(ranks, ep, str(p.get("quantization", "auto")))
-    p = {**engine.defaults(), **engine.effective(params, engine_args)}  # type: ignore[attr-defined]  # SglangEngine's
+    p = {**engine.defaults(), **engine.effective(params, engine_args)}
     return Shape(int(p.get("tp_size", 1)), int(p.get("ep_size", 1)), str(p.get("quantization", "auto")))
 
 

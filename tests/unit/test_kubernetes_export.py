@@ -68,6 +68,9 @@ def test_a_spread_winner_is_a_group_whose_leader_waits_for_its_pods_then_runs_th
         assert {m["mountPath"] for m in c["volumeMounts"]} == {"/models", "/dev/shm"}  # each pod loads its part
     assert "readinessProbe" in leader and "readinessProbe" not in worker and "ports" not in worker
     assert service["spec"]["selector"] == {"app.kubernetes.io/name": "big", "app.kubernetes.io/component": "leader"}
+    # Its own name: LWS names the group's headless Service (the pods' DNS names) after the group.
+    assert (group["metadata"]["name"], service["metadata"]["name"]) == ("big", "big-leader")
+    assert leader["startupProbe"]["failureThreshold"] * 10 >= 60 + leader_workers.GROUP_WAIT_S
 
     # Run both pods' scripts with stand-ins for ray, python3 (the live-node count) and the engine: the
     # leader polls until both pods are live, then runs the engine's exact argv; the worker joins the leader.
@@ -81,15 +84,16 @@ def test_a_spread_winner_is_a_group_whose_leader_waits_for_its_pods_then_runs_th
     for name, body in stub.items():
         (bin_ / name).write_text(f"#!/bin/sh\n{body}\n")
         (bin_ / name).chmod(0o755)
-    env = {"PATH": f"{bin_}:{os.environ['PATH']}", "LWS_GROUP_SIZE": "2", "LWS_LEADER_ADDRESS": "big-0.big"}
+    env = {"PATH": f"{bin_}:{os.environ['PATH']}", "LWS_GROUP_SIZE": "2", "LWS_LEADER_ADDRESS": "big-0.big",
+           "VLLM_HOST_IP": "10.1.2.3"}
     ran = subprocess.run([*leader["command"], *leader["args"]], env=env, capture_output=True, text=True, timeout=30)
     assert ran.returncode == 0, ran.stderr
     assert json.loads(ran.stdout.splitlines()[-1]) == ["-m", "/models/m.gguf", "--port", "8080"]
     assert (tmp_path / "polls").read_text().strip() == "2"  # one live node, a wait, then both
     subprocess.run([*worker["command"], *worker["args"]], env=env, check=True, timeout=30)
     assert calls.read_text().splitlines() == [
-        "ray start --head --port=6379 --disable-usage-stats",
-        "ray start --address=big-0.big:6379 --disable-usage-stats --block"]
+        "ray start --head --port=6379 --node-ip-address=10.1.2.3 --disable-usage-stats",
+        "ray start --address=big-0.big:6379 --node-ip-address=10.1.2.3 --disable-usage-stats --block"]
 
 
 def test_a_pod_template_the_api_schema_refuses_is_an_export_error():
