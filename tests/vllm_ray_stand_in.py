@@ -3,7 +3,8 @@ where vLLM cannot run it (its CPU build has no Ray backend): it joins the Ray cl
 workers as vLLM 0.32's `initialize_ray_cluster` does, with Ray's own API (RAY_ADDRESS's cluster; one
 GPU of this node free, else the error vLLM gives; a PACK placement group of one-GPU bundles, the first
 pinned to this node; one worker actor in each), says where its workers run, then serves the fake
-OpenAI server on --port until it is stopped. Its placement group and workers end with it, as vLLM's do.
+OpenAI server on --port until it is stopped, or until a worker dies (its node lost), which ends it as a
+step of vLLM's on that worker would. Its placement group and workers end with it, as vLLM's do.
 """
 
 from __future__ import annotations
@@ -65,9 +66,15 @@ def main() -> None:
                for i in range(world)]
     placed = ray.get([w.where.remote() for w in workers])
     print(f"stand-in: serving node {here}; workers on nodes {sorted(node for node, _ in placed)}", flush=True)
-    with FakeOpenAIServer(FakeServerConfig(itl_s=0.001), host=args.host, port=args.port):
-        while True:
-            time.sleep(3600)
+    itl_s = float(os.environ.get("STAND_IN_ITL_S", "0.001"))  # a test that needs a longer trial slows it
+    with FakeOpenAIServer(FakeServerConfig(itl_s=itl_s), host=args.host, port=args.port):
+        while True:  # a worker lost (its node with it) ends the engine, as a vLLM step on it would fail
+            try:
+                ray.get([w.where.remote() for w in workers], timeout=60)
+            except ray.exceptions.RayActorError as e:
+                print(f"stand-in: a worker died: {type(e).__name__}: {str(e).splitlines()[0]}", flush=True)
+                sys.exit(1)
+            time.sleep(0.5)
 
 
 if __name__ == "__main__":

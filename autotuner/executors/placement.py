@@ -32,6 +32,7 @@ class Node:
     cpus: float
     gpus: float
     memory: float = 0.0  # bytes Ray may hand out (its `memory` resource); 0: not declared
+    port: int = 0  # its raylet's (NodeManagerPort); 0: unknown
 
     def describe(self) -> str:
         gpus = f", {self.gpus:g} GPU(s)" if self.gpus else ""

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import os
 import shutil
+import socket
 import tempfile
 import time
 from collections.abc import Callable
@@ -39,6 +40,7 @@ if TYPE_CHECKING:
 NAMESPACE = "autotuner"
 POLL_S = 0.5  # how often the driver looks at the task and its progress lines
 PENDING_CHECK_S = 30.0  # how often a task not started yet checks that a live node can still hold it
+RAYLET_CONNECT_S = 3.0  # a TCP handshake with a node's raylet: the kernel's answer, not the raylet's
 PENDING_POLL_S = 2.0  # how often a spread launch looks for its GPUs to be free
 MAX_FILE_BYTES = 32 << 20  # a trial's file larger than this comes back cut to its end
 NODE_LOST = "node-lost"
@@ -71,7 +73,7 @@ def nodes() -> list[placement.Node]:
 
     return [placement.Node(id=n["NodeID"], address=n.get("NodeManagerAddress", "?"),
                            cpus=float(n["Resources"].get("CPU", 0)), gpus=float(n["Resources"].get("GPU", 0)),
-                           memory=float(n["Resources"].get("memory", 0)))
+                           memory=float(n["Resources"].get("memory", 0)), port=int(n.get("NodeManagerPort") or 0))
             for n in ray.nodes() if n.get("Alive")]
 
 
@@ -183,6 +185,8 @@ class RayTrialExecutor(TrialExecutor):
         for name, data in files.items():
             (trial_dir / name).write_bytes(data)
         result.launch_tags.update({NODE_TAG: node.id, ADDRESS_TAG: node.address})
+        if over and result.state == "FAIL" and (gone := _gone(self.nodes)):
+            _lost_under_spread(result, gone)
         # A measured launch of no trial (confirmation, transfer): the ones after it run on the same node.
         if trial is None and measure_levels and self.pin is None and result.state == "COMPLETE":
             self.pin = node.id
@@ -430,6 +434,37 @@ def run_on_node(job: TrialJob) -> NodeOutcome:
         return result, _files(trial_dir), here, timings
     finally:
         shutil.rmtree(workdir, ignore_errors=True)
+
+
+def _gone(before: list[placement.Node]) -> list[placement.Node]:
+    """The nodes with GPUs of `before` that are no longer alive, or whose raylet no longer answers: Ray
+    counts a node alive until its health checks have failed (seconds to a minute), and the engine whose
+    worker was there has failed by then."""
+    alive = {n.id for n in nodes()}
+    return [n for n in before if n.gpus and (n.id not in alive or not _answers(n))]
+
+
+def _answers(node: placement.Node) -> bool:
+    """Whether the node's raylet takes a connection (True where its port is unknown)."""
+    if not node.port or node.address == "?":
+        return True
+    try:
+        with socket.create_connection((node.address, node.port), timeout=RAYLET_CONNECT_S):
+            return True
+    except OSError:
+        return False
+
+
+def _lost_under_spread(result: TrialResult, gone: list[placement.Node]) -> None:
+    """A spread launch that failed while a GPU node of the cluster was lost: the machine, not the config
+    (vLLM's workers there ended with it, and the engine with them), measured once more. The lost node is
+    the trial's node tag, as a lost task's is: the retry's serving process stays off it."""
+    lost = gone[0]
+    was = f"{result.failure_class}: {result.reason}" if result.reason else str(result.failure_class)
+    result.failure_class, result.transient = NODE_LOST, True
+    result.reason = (f"a GPU node of the cluster ({lost.address}) was lost while the engine was spread over its "
+                     f"nodes (the engine's own failure: {was[:300]})")
+    result.launch_tags.update({NODE_TAG: lost.id, ADDRESS_TAG: lost.address})
 
 
 def _await_free_gpus(gpus: int, node_id: str, timeout_s: float, progress: RelayedProgress) -> str | None:

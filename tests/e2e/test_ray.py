@@ -343,7 +343,7 @@ def test_a_task_no_live_node_can_hold_is_cancelled_before_it_starts_not_left_wai
     assert result.reason.startswith("no live node of the Ray cluster can hold it any more: needs 1 GPU(s)")
 
 
-def spread_study(tmp_path: Path, startup_s: float = 120) -> tuple[Path, Path]:
+def spread_study(tmp_path: Path, startup_s: float = 120, num_prompts: int = 8, itl_s: float = 0.001) -> tuple[Path, Path]:
     """A vLLM experiment on Ray whose TP 2 needs both one-GPU nodes, run by the stand-in: it and its python."""
     model = tmp_path / "model"
     shutil.copytree(REPO / "tests/data/hf/llama-3.1-8b", model)
@@ -355,7 +355,8 @@ def spread_study(tmp_path: Path, startup_s: float = 120) -> tuple[Path, Path]:
                                          "choices: [1, 2]}\n")
     (tmp_path / "exp.yaml").write_text(
         f"name: spread\nengine: vllm\nexecutor: ray\nmodel: {{path: {model}, name: m}}\nsearch_space: space.yaml\n"
-        "hardware: {gpus: 2}\nworkload: {num_prompts: 8, input_len: 16, output_len: 8, warmup_requests: 0}\n"
+        f"hardware: {{gpus: 2}}\nworkload: {{num_prompts: {num_prompts}, input_len: 16, output_len: 8, "
+        f"warmup_requests: 0}}\nenv: {{STAND_IN_ITL_S: '{itl_s}'}}\n"
         f"load: {{max_concurrency: [2]}}\nstudy: {{storage: 'sqlite:///{tmp_path}/s.db'}}\nquality: off\n"
         f"startup_timeout_s: {startup_s}\n")
     return tmp_path / "exp.yaml", python
@@ -437,3 +438,55 @@ def test_a_config_wider_than_every_node_spreads_its_engine_over_both_and_leaves_
                                                                                  result.command), result.command
     assert groups and set(groups) == {"REMOVED"}, groups  # nothing of the engine holds the GPUs after it
     assert not processes_naming("vllm_ray_stand_in.py")
+
+
+def test_a_node_lost_under_a_spread_engine_is_node_lost_tagged_with_that_node_and_leaves_nothing(tmp_path):
+    # Two one-GPU nodes of a private cluster (one is killed); a TP 2 launch spreads over both. The node
+    # that does not serve is lost mid-measurement: its worker dies, the engine with it (as vLLM's does),
+    # and the trial is the machine's (node-lost, measured once more), tagged with the lost node, so the
+    # retry's serving process stays off it.
+    import threading
+
+    import ray
+    from ray.util import placement_group_table
+
+    from autotuner.config import load_experiment
+    from autotuner.core.progress import Progress
+    from autotuner.engines._base import get_engine
+    from autotuner.executors import ray as on_ray
+    from autotuner.launchers.process import ProcessLauncher
+
+    path, python = spread_study(tmp_path, num_prompts=400, itl_s=0.05)  # about 80 s of measuring
+    exp = load_experiment(path)
+    with cluster(free_port(), gpus=1) as (address, folder):
+        raylets = {p: Path(f"/proc/{p}/cmdline").read_bytes() for p in processes_naming(folder)
+                   if b"raylet/raylet" in Path(f"/proc/{p}/cmdline").read_bytes()}
+        ray.init(address=address, namespace="autotuner-test", log_to_driver=False, logging_level="WARNING")
+        try:
+            executor = on_ray.RayTrialExecutor(exp, engine=get_engine("vllm"), launcher=ProcessLauncher(tmp_path / "p"),
+                                               binary=str(python), secrets={})
+            out: dict[str, object] = {}
+            run = threading.Thread(target=lambda: out.update(result=executor.run(
+                {"tensor_parallel_size": 2}, trial=None, trial_dir=tmp_path / "t", progress=Progress(1, "output_tok_per_s"),
+                timings={}, label="spread")))
+            run.start()
+            deadline = time.monotonic() + 180
+            while not (any(g["state"] == "CREATED" for g in placement_group_table().values())
+                       and processes_naming("vllm_ray_stand_in.py")):
+                assert run.is_alive() and time.monotonic() < deadline, out
+                time.sleep(0.2)
+            time.sleep(5)  # serving, and measured
+            stand_in = processes_naming("vllm_ray_stand_in.py")[0]
+            other = next(p for p in raylets if not descends_from(stand_in, p))  # the node only a worker is on
+            lost_node = raylets[other].split(b"--node_id=")[1].split(b"\0")[0].decode()
+            os.kill(other, signal.SIGKILL)
+            run.join(timeout=300)
+        finally:
+            ray.shutdown()
+        result = out["result"]
+        assert not processes_naming("vllm_ray_stand_in.py"), "the engine outlived its lost worker"
+    log = (tmp_path / "t" / "server.log").read_text()
+    assert "stand-in: a worker died" in log, log[-2000:]
+    assert result.failure_class == "node-lost" and result.transient, (result.failure_class, result.reason)  # type: ignore[attr-defined]
+    assert "was lost while the engine was spread over its nodes" in result.reason  # type: ignore[attr-defined]
+    assert result.launch_tags["autotuner.ray_node"] == lost_node  # type: ignore[attr-defined]
