@@ -252,10 +252,12 @@ class Engine:
 
     def effective(self, params: Mapping[str, Any], engine_args: Sequence[str] = (),
                   env: Mapping[str, str] | None = None) -> dict[str, Any]:
-        """The values a launch gets for each known param: its params as the engine reads them (`expanded`),
-        then those the experiment fixes outside its space, in its `env` and then its `engine_args` (they
-        come after params in argv, and the later flag wins in each engine's parser)."""
-        return {**self.expanded(params), **fixed_values(self.flags, engine_args, env or {})}
+        """The values a launch gets for each known param: those the experiment's `env` sets, then its params
+        as the engine reads them (`expanded`; a param's own variable is set after the experiment's), then
+        those its `engine_args` pass (they come after params in argv, and the later flag wins in each
+        engine's parser)."""
+        return {**env_values(self.flags, env or {}), **self.expanded(params),
+                **parse_fixed_args(self.flags, engine_args)}
 
     def expanded(self, params: Mapping[str, Any]) -> dict[str, Any]:
         """`params` with a param that stands for several (vLLM's parallel_layout) as the ones it sets."""
@@ -343,11 +345,10 @@ def parse_fixed_args(flags: Mapping[str, Flag], args: Sequence[str]) -> dict[str
     return values
 
 
-def fixed_values(flags: Mapping[str, Flag], engine_args: Sequence[str], env: Mapping[str, str]) -> dict[str, Any]:
-    """The known params an experiment fixes outside its space: those its `env` sets (an environment-variable
-    param, such as vLLM's cpu_kvcache_space_gb), then those its `engine_args` pass (later wins)."""
-    from_env = {name: _number(env[f.env]) for name, f in flags.items() if f.env and f.env in env}
-    return {**from_env, **parse_fixed_args(flags, engine_args)}
+def env_values(flags: Mapping[str, Flag], env: Mapping[str, str]) -> dict[str, Any]:
+    """The known params an environment sets: those read from a variable (such as vLLM's
+    cpu_kvcache_space_gb, VLLM_CPU_KVCACHE_SPACE)."""
+    return {name: _number(env[f.env]) for name, f in flags.items() if f.env and f.env in env}
 
 
 def _number(value: Any) -> Any:

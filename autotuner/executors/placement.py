@@ -74,7 +74,7 @@ def config_need(engine: Any, cfg: Any, params: dict[str, Any], nodes: Sequence[N
     on_gpus = cfg.hardware.gpus > 0
     gpus = engine.gpus_needed(params, cfg.engine_args) if on_gpus else 0
     memory = 0
-    if footprint and not on_gpus:  # the values fixed outside the space count too: they win at launch
+    if footprint and not on_gpus:  # the values set outside the space count too, as the launch reads them
         env = {**cfg.env, **(cfg.docker.env if cfg.docker else {})}
         memory = engine.host_memory_needed(engine.effective(params, cfg.engine_args, env), *footprint)
     return need(gpus, engine.cpus_needed(params), nodes, on_gpus=on_gpus, memory=memory)

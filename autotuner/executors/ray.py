@@ -172,6 +172,8 @@ class RayTrialExecutor(TrialExecutor):
                            f"{' + '.join(f'{n.gpus:g}' for n in over)}), the serving process on {over[0].address}")
         else:
             progress.phase(f"waiting for {want.describe()} of the Ray cluster")
+        # What a spread launch's failure is read against: the GPU nodes that answer now, the groups placed so far.
+        answered, groups = (_answering(self.nodes), _group_ids()) if over else (set[str](), set[str]())
         launch = _Launch(_task(options, progress).remote(job), want, avoid=frozenset(avoid))
         t = time.perf_counter()
         outcome = self._wait(launch, progress)
@@ -185,7 +187,7 @@ class RayTrialExecutor(TrialExecutor):
         for name, data in files.items():
             (trial_dir / name).write_bytes(data)
         result.launch_tags.update({NODE_TAG: node.id, ADDRESS_TAG: node.address})
-        if over and result.state == "FAIL" and (gone := _gone(self.nodes)):
+        if over and result.state == "FAIL" and (gone := _gone(self.nodes, answered, _engine_nodes(groups))):
             _lost_under_spread(result, gone)
         # A measured launch of no trial (confirmation, transfer): the ones after it run on the same node.
         if trial is None and measure_levels and self.pin is None and result.state == "COMPLETE":
@@ -436,23 +438,51 @@ def run_on_node(job: TrialJob) -> NodeOutcome:
         shutil.rmtree(workdir, ignore_errors=True)
 
 
-def _gone(before: list[placement.Node]) -> list[placement.Node]:
-    """The nodes with GPUs of `before` that are no longer alive, or whose raylet no longer answers: Ray
-    counts a node alive until its health checks have failed (seconds to a minute), and the engine whose
-    worker was there has failed by then."""
+def _gone(before: list[placement.Node], answered: set[str], used: set[str] | None) -> list[placement.Node]:
+    """The GPU nodes of `before` the engine `used` (None: any) that are no longer alive, or whose raylet
+    `answered` before the launch and no longer does: Ray counts a node alive until its health checks have
+    failed (seconds to a minute), and the engine whose worker was there has failed by then."""
     alive = {n.id for n in nodes()}
-    return [n for n in before if n.gpus and (n.id not in alive or not _answers(n))]
+    candidates = [n for n in before if n.gpus and (used is None or n.id in used)]
+    answering = _answering([n for n in candidates if n.id in alive and n.id in answered])
+    return [n for n in candidates if n.id not in alive or (n.id in answered and n.id not in answering)]
 
 
-def _answers(node: placement.Node) -> bool:
-    """Whether the node's raylet takes a connection (True where its port is unknown)."""
-    if not node.port or node.address == "?":
-        return True
-    try:
-        with socket.create_connection((node.address, node.port), timeout=RAYLET_CONNECT_S):
+def _answering(candidates: list[placement.Node]) -> set[str]:
+    """The ids of the nodes whose raylet takes a connection (asked side by side; an unknown port answers)."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    def answers(node: placement.Node) -> bool:
+        if not node.port or node.address == "?":
             return True
-    except OSError:
-        return False
+        try:
+            with socket.create_connection((node.address, node.port), timeout=RAYLET_CONNECT_S):
+                return True
+        except OSError:
+            return False
+
+    if not candidates:
+        return set()
+    with ThreadPoolExecutor(max_workers=min(32, len(candidates))) as pool:
+        return {n.id for n, ok in zip(candidates, pool.map(answers, candidates), strict=True) if ok}
+
+
+def _group_ids() -> set[str]:
+    from ray.util import placement_group_table
+
+    return set(placement_group_table())
+
+
+def _engine_nodes(before: set[str]) -> set[str] | None:
+    """The nodes the placement groups made since `before` (a spread engine's, ended or not: Ray keeps a
+    removed group's bundles) put bundles on; None where that cannot be told: none made, or a bundle not
+    placed (its node lost, the group waits to place it again)."""
+    from ray.util import placement_group_table
+
+    made = [g for gid, g in placement_group_table().items() if gid not in before]
+    if not made or any(len(g.get("bundles_to_node_id") or {}) < len(g.get("bundles") or {}) for g in made):
+        return None
+    return {node for g in made for node in g["bundles_to_node_id"].values()}
 
 
 def _lost_under_spread(result: TrialResult, gone: list[placement.Node]) -> None:

@@ -441,10 +441,11 @@ def test_a_config_wider_than_every_node_spreads_its_engine_over_both_and_leaves_
 
 
 def test_a_node_lost_under_a_spread_engine_is_node_lost_tagged_with_that_node_and_leaves_nothing(tmp_path):
-    # Two one-GPU nodes of a private cluster (one is killed); a TP 2 launch spreads over both. The node
-    # that does not serve is lost mid-measurement: its worker dies, the engine with it (as vLLM's does),
-    # and the trial is the machine's (node-lost, measured once more), tagged with the lost node, so the
-    # retry's serving process stays off it.
+    # Two one-GPU nodes of a private cluster (one is killed); a TP 2 launch spreads over both, served from
+    # the head (the worker node has no CPU for the serving process; this test is the head's Ray driver).
+    # The worker node is lost mid-measurement: the engine's worker there dies, the engine with it (as
+    # vLLM's does), and the trial is the machine's (node-lost, measured once more), tagged with the lost
+    # node, so the retry's serving process stays off it.
     import threading
 
     import ray
@@ -458,7 +459,7 @@ def test_a_node_lost_under_a_spread_engine_is_node_lost_tagged_with_that_node_an
 
     path, python = spread_study(tmp_path, num_prompts=400, itl_s=0.05)  # about 80 s of measuring
     exp = load_experiment(path)
-    with cluster(free_port(), gpus=1) as (address, folder):
+    with cluster(free_port(), gpus=1, env={"RAY_WORKER_CPUS": "0"}) as (address, folder):
         raylets = {p: Path(f"/proc/{p}/cmdline").read_bytes() for p in processes_naming(folder)
                    if b"raylet/raylet" in Path(f"/proc/{p}/cmdline").read_bytes()}
         ray.init(address=address, namespace="autotuner-test", log_to_driver=False, logging_level="WARNING")
@@ -478,6 +479,7 @@ def test_a_node_lost_under_a_spread_engine_is_node_lost_tagged_with_that_node_an
             time.sleep(5)  # serving, and measured
             stand_in = processes_naming("vllm_ray_stand_in.py")[0]
             other = next(p for p in raylets if not descends_from(stand_in, p))  # the node only a worker is on
+            assert b"autotuner-worker" in raylets[other], "the engine was not served from the head"
             lost_node = raylets[other].split(b"--node_id=")[1].split(b"\0")[0].decode()
             os.kill(other, signal.SIGKILL)
             run.join(timeout=300)
