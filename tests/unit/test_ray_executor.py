@@ -32,6 +32,8 @@ def asked(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> tuple[on_ray.RayTr
         f"search_space: space.yaml\nhardware: {{gpus: 4}}\nstudy: {{storage: 'sqlite:///{tmp_path}/s.db'}}\n")
     monkeypatch.setattr(on_ray, "nodes", lambda: NODES)
     monkeypatch.setattr(on_ray, "_queue_here", lambda: object())
+    monkeypatch.setattr(on_ray, "_group_ids", lambda: set())  # no cluster: Ray would start one of its own
+    monkeypatch.setattr(on_ray, "_answering", lambda nodes: {n.id for n in nodes})
     tasks: list[dict[str, Any]] = []
 
     class Recorder:
