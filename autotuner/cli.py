@@ -125,11 +125,7 @@ def run(
         tuner = compose.make_tuner(exp, tracking_uri, results, say=_say, pool=pool, worker=worker, advice=advice,
                                    ask=_ask, quiet=not verbose)
         if on_ray and worker is None:  # as many trials in flight as the cluster holds, or as told
-            at_once, why = compose.ray_workers(tuner, trials)
-            if parallel == 1:
-                parallel = at_once
-            elif at_once != parallel:
-                why = f", as --parallel says (it would run {at_once}{why or ''})"
+            parallel, why = compose.ray_workers(tuner, trials, parallel)
             _say(f"{parallel} trial(s) at once on the Ray cluster{why}")
     except ConfigError as e:
         _fail(str(e))

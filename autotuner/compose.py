@@ -244,8 +244,16 @@ def tune_cluster_kernels(driver: StudyDriver, say: Say) -> None:
         _, executor.kernel_keys[run.node.id] = run.value
 
 
-def ray_workers(driver: StudyDriver, trials: int) -> tuple[int, str]:
-    """How many trials a Ray study keeps in flight (executors/placement.py: trials_in_flight), and why."""
+def ray_workers(driver: StudyDriver, trials: int, parallel: int = 1) -> tuple[int, str]:
+    """How many trials a Ray study keeps in flight (executors/placement.py: trials_in_flight), and why;
+    `parallel` (--parallel) above 1 decides, and why says what the cluster alone would have run."""
+    at_once, why = _ray_at_once(driver, trials)
+    if parallel > 1 and parallel != at_once:
+        return parallel, f", as --parallel says (it would run {at_once}{why})"
+    return (parallel if parallel > 1 else at_once), why
+
+
+def _ray_at_once(driver: StudyDriver, trials: int) -> tuple[int, str]:
     from autotuner.executors import placement
     from autotuner.executors import ray as on_ray
 

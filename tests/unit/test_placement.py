@@ -234,6 +234,9 @@ def test_a_study_whose_configs_may_spread_over_nodes_runs_one_trial_at_a_time():
     assert ray_workers(driver(8, None), 100) == (16, "")  # type: ignore[arg-type]  # every config fits a node
     assert ray_workers(driver(16, "sglang"), 100) == (16, "")  # type: ignore[arg-type]  # none spreads
     assert ray_workers(driver(16, None, told=4), 100) == (4, "")  # type: ignore[arg-type]  # as told
+    at_once, why = ray_workers(driver(16, None), 100, parallel=3)  # type: ignore[arg-type]  # --parallel decides
+    assert at_once == 3 and why.startswith(", as --parallel says (it would run 1: configs may spread"), why
+    assert ray_workers(driver(8, None), 100, parallel=16) == (16, "")  # type: ignore[arg-type]  # the same: no note
 
 
 def test_a_winner_that_ran_spread_over_nodes_is_exported_as_it_ran_a_pod_a_node_and_never_as_one_pod():
